@@ -1,0 +1,63 @@
+// Shared pieces of the `abf` subcommands: error reporting, exit codes,
+// progress on a terminal, thread limits.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "abf/error.hpp"
+
+namespace abf::cli {
+
+// Exit statuses: 0 success, 1 the command failed (bad input, I/O, ...),
+// 2 the command line itself was wrong (CLI11 usage errors also exit 2... see
+// main.cpp).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// Prints "abf <command>: <code>: <message>" on stderr; returns kExitFailure.
+int report(std::string_view command, const Error& error);
+
+// Adds `--threads N` (default: all cores). Call apply_threads() in the runner.
+void add_threads_option(CLI::App& app, unsigned& threads);
+
+// Limits TBB to `threads` workers for the rest of the process (0 = all cores).
+// Returns the thread count in force.
+unsigned apply_threads(unsigned threads);
+
+// The number of hardware threads.
+unsigned hardware_threads();
+
+// A progress line on stderr, redrawn at most ten times a second, only when
+// stderr is a terminal; silent otherwise. Cleared on destruction.
+class Progress {
+ public:
+  // `total` in `unit`s (0 = unknown); `label` e.g. "building".
+  Progress(std::string label, std::uint64_t total, std::string unit);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void update(std::uint64_t done);
+
+ private:
+  std::string label_;
+  std::string unit_;
+  std::uint64_t total_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// Human formatting: 1234567 -> "1,234,567"; rates as "12.3 M/s".
+std::string with_commas(std::uint64_t value);
+std::string si_rate(double per_second);
+
+}  // namespace abf::cli

@@ -1,0 +1,56 @@
+// SHA-256 artifact digests and their text and binary encodings
+// (PROTOCOL.md section 2).
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "abf/error.hpp"
+
+namespace abf {
+
+// A SHA-256 digest: exactly 32 bytes. Trivially copyable, so an array of
+// digests is one contiguous block of 32-byte records that the SIMD and CUDA
+// engines read directly.
+struct Digest {
+  static constexpr std::size_t kSize = 32;
+  std::array<std::uint8_t, kSize> bytes{};
+
+  // 64 lowercase hex digits.
+  std::string hex() const;
+
+  friend constexpr auto operator<=>(const Digest&, const Digest&) = default;
+};
+static_assert(sizeof(Digest) == Digest::kSize);
+static_assert(std::is_trivially_copyable_v<Digest>);
+
+// Parses exactly 64 hex digits (either case), nothing else.
+Result<Digest> parse_hex_digest(std::string_view hex);
+
+// Parses one line of text input. Accepted forms, surrounding spaces, tabs and
+// a trailing '\r' ignored:
+//   <64 hex>                   a bare digest
+//   sha256:<64 hex>            the OCI digest form
+//   <64 hex>  <name>           a sha256sum line (also "<64 hex> *<name>")
+// `line_number` (1-based) goes into the error message. Blank lines are the
+// caller's business: see `is_blank_line`.
+Result<Digest> parse_digest_line(std::string_view line, std::uint64_t line_number);
+
+// True for an empty line or one of spaces, tabs and '\r' only.
+bool is_blank_line(std::string_view line) noexcept;
+
+// SHA-256 of bytes in memory (OpenSSL libcrypto).
+Digest sha256(std::span<const std::uint8_t> bytes);
+Digest sha256(std::string_view text);
+
+// SHA-256 of a file's contents, streamed.
+Result<Digest> sha256_file(const std::filesystem::path& path);
+
+}  // namespace abf

@@ -1,0 +1,69 @@
+// Errors are values: every fallible call returns abf::Result<T>, a
+// std::expected<T, abf::Error>. The code says what kind of failure it was
+// (tests and callers branch on it); the message says what and where, in a
+// form fit to print on one line.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace abf {
+
+enum class ErrorCode : std::uint8_t {
+  // Layout selection (PROTOCOL.md section 3).
+  kInvalidExpectedItemCount,
+  kInvalidFalsePositiveRate,
+  kFilterTooLarge,
+  // Building (section 6).
+  kCapacityExceeded,
+  // Digests (section 2): wrong length, non-hex, other prefix, partial record.
+  kInvalidDigest,
+  // Snapshot loading (section 7): one code per rule, in the order checked.
+  kSnapshotTruncated,          // shorter than the 128-byte header
+  kSnapshotBadMagic,           // bytes 0..4 are not "ABF1"
+  kSnapshotUnsupportedFormat,  // formatVersion != 1
+  kSnapshotHeaderChecksum,     // headerChecksum does not match bytes 0..72
+  kSnapshotUnsupportedHashProtocol,  // hashProtocolVersion != 1
+  kSnapshotBadHashCount,             // hashCount outside 1..32
+  kSnapshotBadBitCount,              // bitCount not a multiple of 64 in 64..2^30
+  kSnapshotBadExpectedItemCount,     // expectedItemCount outside 1..2^30
+  kSnapshotBadInsertedItemCount,     // insertedItemCount > expectedItemCount
+  kSnapshotBadTargetFpp,             // targetFpp not in (0, 1)
+  kSnapshotBadPayloadLength,         // payloadLength != bitCount / 8
+  kSnapshotReservedNotZero,          // reserved bytes 80..128 not all zero
+  kSnapshotPayloadTruncated,         // file shorter than 128 + payloadLength
+  kSnapshotTrailingBytes,            // file longer than 128 + payloadLength
+  kSnapshotPayloadChecksum,          // payloadChecksum does not match payload
+  // Combining filters.
+  kIncompatibleFilters,
+  // Environment.
+  kIo,                  // a file could not be opened, read, written or renamed
+  kInvalidArgument,     // a caller passed something the API does not accept
+  kBackendUnavailable,  // the requested backend was not compiled in or has no device
+  kCuda,                // a CUDA runtime call failed
+  kCatalog,             // the exact store (catalog database) failed
+};
+
+// The snake_case name of a code ("invalid_digest"), as used in the golden
+// vectors and in machine-readable output.
+std::string_view to_string(ErrorCode code) noexcept;
+
+struct Error {
+  ErrorCode code;
+  std::string message;
+
+  // "<code name>: <message>".
+  std::string describe() const;
+};
+
+template <class T>
+using Result = std::expected<T, Error>;
+
+// Shorthand for returning an error: `return fail(ErrorCode::kIo, "...")`.
+inline std::unexpected<Error> fail(ErrorCode code, std::string message) {
+  return std::unexpected<Error>(Error{code, std::move(message)});
+}
+
+}  // namespace abf

@@ -1,0 +1,119 @@
+// The Bloom filter itself: an immutable Filter answering queries, and a
+// FilterBuilder that fills one (PROTOCOL.md sections 5 and 6).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "abf/backend.hpp"
+#include "abf/digest.hpp"
+#include "abf/error.hpp"
+#include "abf/layout.hpp"
+#include "abf/probe.hpp"
+
+namespace abf {
+
+// One answer per queried digest. kDefinitelyNot is a proof of absence;
+// kMaybe means "ask the exact store", never "exists".
+enum class Answer : std::uint8_t { kDefinitelyNot = 0, kMaybe = 1 };
+static_assert(sizeof(Answer) == 1);
+
+// Everything a filter is besides its bits: the header fields of a snapshot.
+struct FilterInfo {
+  BloomSpec spec;
+  Layout layout;
+  std::uint64_t inserted_item_count = 0;  // digests added, duplicates included
+  std::uint64_t catalog_version = 0;
+};
+
+// An immutable filter. Copies share the bits (reference counted), so a copy
+// is cheap and any number of threads may query one filter at once.
+class Filter {
+ public:
+
+  // Wraps a finished bitset. Checks that the info is self-consistent
+  // (layout within limits, inserted <= expected) and that `words` holds
+  // bit_count / 64 words; kInvalidArgument otherwise.
+  static Result<Filter> from_words(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words,
+                                   std::size_t word_count);
+
+  // The reference answer for one digest (scalar, plain `%`).
+  bool might_contain(const Digest& digest) const noexcept;
+
+  // One answer per digest, answers[i] for digests[i]. `answers` must be at
+  // least as long as `digests` (kInvalidArgument otherwise). The backend
+  // changes only the speed; kBackendUnavailable if it cannot run here.
+  // Large batches are split over the cores of the current TBB arena.
+  Result<void> query(std::span<const Digest> digests, std::span<Answer> answers,
+                     Backend backend = Backend::kAuto) const;
+
+  const FilterInfo& info() const noexcept { return info_; }
+  std::uint64_t bit_count() const noexcept { return info_.layout.bit_count; }
+  std::uint32_t hash_count() const noexcept { return info_.layout.hash_count; }
+  std::uint64_t expected_item_count() const noexcept { return info_.spec.expected_item_count; }
+  double target_fpp() const noexcept { return info_.spec.target_fpp; }
+  std::uint64_t inserted_item_count() const noexcept { return info_.inserted_item_count; }
+  std::uint64_t catalog_version() const noexcept { return info_.catalog_version; }
+
+  // Set bits / m. Near 0.5 for a filter filled to its design capacity.
+  double fill_ratio() const noexcept;
+  // Number of set bits.
+  std::uint64_t popcount() const noexcept;
+  // (-expm1(-k * inserted / m))^k.
+  double estimate_false_positive_rate() const noexcept;
+
+  // The bitset: bit_count / 64 words, bit i in word i / 64 at bit i % 64.
+  std::span<const std::uint64_t> words() const noexcept { return {words_.get(), word_count_}; }
+  // The payload bytes of a snapshot (little-endian words, m / 8 bytes).
+  std::span<const std::uint8_t> payload() const noexcept;
+  // What a probing kernel needs; valid while this Filter (or a copy) lives.
+  probe::FilterView view() const noexcept { return {words_.get(), bit_count(), hash_count()}; }
+
+ private:
+  friend class FilterBuilder;
+  Filter(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words, std::size_t word_count)
+      : info_(info), words_(std::move(words)), word_count_(word_count) {}
+
+  FilterInfo info_;
+  std::shared_ptr<const std::uint64_t> words_;
+  std::size_t word_count_ = 0;
+};
+
+// Allocates `word_count` zeroed words, 64-byte aligned, huge-page advised
+// when large. Used by builders, loaders and backends alike.
+std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
+
+// Fills a filter in chunks, so input of any size streams through a bounded
+// buffer. Not thread-safe; `add` itself may use every core.
+class FilterBuilder {
+ public:
+  // Chooses the layout (section 3 errors) and allocates the bitset.
+  static Result<FilterBuilder> create(const BloomSpec& spec, std::uint64_t catalog_version = 0);
+
+  // Inserts a chunk. If it would take the count past expected_item_count,
+  // nothing of it is inserted and the answer is kCapacityExceeded.
+  Result<void> add(std::span<const Digest> digests, Backend backend = Backend::kAuto);
+
+  std::uint64_t inserted_item_count() const noexcept { return info_.inserted_item_count; }
+  const FilterInfo& info() const noexcept { return info_; }
+
+  // The finished, immutable filter. The builder is empty afterwards.
+  Filter finish() &&;
+
+ private:
+  FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words, std::size_t word_count)
+      : info_(info), words_(std::move(words)), word_count_(word_count) {}
+
+  FilterInfo info_;
+  std::shared_ptr<std::uint64_t> words_;
+  std::size_t word_count_ = 0;
+};
+
+// Builds a filter from digests in memory: checks the spec, then capacity,
+// exactly in the order of section 6.
+Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
+                            std::uint64_t catalog_version = 0, Backend backend = Backend::kAuto);
+
+}  // namespace abf

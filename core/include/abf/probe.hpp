@@ -1,0 +1,141 @@
+// The probe protocol, hashProtocolVersion 1 (PROTOCOL.md sections 4 and 5),
+// in exactly one place. Everything here is constexpr on fixed-width integers
+// and marked ABF_HD, so the scalar reference, the SIMD tail loops, the CUDA
+// kernels and a user's own CUDA kernel all call the same code.
+//
+// This header includes nothing but <cstdint>, so nvcc can compile it in any
+// dialect it supports.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ABF_HD __host__ __device__
+#else
+#define ABF_HD
+#endif
+
+namespace abf::probe {
+
+inline constexpr std::uint32_t kHashProtocolVersion = 1;
+inline constexpr std::uint64_t kMinBitCount = 64;
+inline constexpr std::uint64_t kMaxBitCount = std::uint64_t{1} << 30;
+inline constexpr std::uint32_t kMinHashCount = 1;
+inline constexpr std::uint32_t kMaxHashCount = 32;
+inline constexpr std::uint64_t kMaxExpectedItemCount = std::uint64_t{1} << 30;
+
+// Unsigned big-endian 64-bit integer of p[0..8).
+ABF_HD constexpr std::uint64_t load_be64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+// h1 and h2 of a 32-byte digest: its first two big-endian words.
+ABF_HD constexpr std::uint64_t h1_of(const std::uint8_t* digest) { return load_be64(digest); }
+ABF_HD constexpr std::uint64_t h2_of(const std::uint8_t* digest) { return load_be64(digest + 8); }
+
+// i_0 = h1 mod m.
+ABF_HD constexpr std::uint64_t first_index(std::uint64_t h1, std::uint64_t m) { return h1 % m; }
+
+// step = (h2 | 1) mod m. Odd before the reduction; since m is a multiple of
+// 64, step stays odd, so the k <= 32 positions are distinct.
+ABF_HD constexpr std::uint64_t step_of(std::uint64_t h2, std::uint64_t m) { return (h2 | 1) % m; }
+
+// i_{j+1} = (i_j + step) mod m. Both terms are < m <= 2^30, so one
+// conditional subtraction is the exact reduction.
+ABF_HD constexpr std::uint64_t advance(std::uint64_t i, std::uint64_t step, std::uint64_t m) {
+  const std::uint64_t next = i + step;
+  return next >= m ? next - m : next;
+}
+
+// Bit i is bit i % 64 of 64-bit word i / 64 (LSB first; words little-endian).
+ABF_HD constexpr std::uint64_t word_of(std::uint64_t i) { return i >> 6; }
+ABF_HD constexpr std::uint64_t mask_of(std::uint64_t i) { return std::uint64_t{1} << (i & 63); }
+
+// High 64 bits of the 128-bit product a * b.
+ABF_HD inline constexpr std::uint64_t mul_hi64(std::uint64_t a, std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  __extension__ using U128 = unsigned __int128;
+  return static_cast<std::uint64_t>((static_cast<U128>(a) * b) >> 64);
+#endif
+}
+
+// Exact x mod m for any 64-bit x and a fixed m in [1, 2^32), without a
+// division: Lemire, Kaser and Kurz, "Faster remainder by direct computation"
+// (2019), with a 128-bit reciprocal c = ceil(2^128 / m). Their bound needs
+// F >= N + log2(m) fractional bits, 128 >= 64 + 32 here. Four 64-bit
+// multiplies instead of a 64-bit divide: on Zen 4 a `div r64` costs about
+// 14 cycles of latency, on a GPU 64-bit `%` is a long software routine.
+// Tests prove it equal to `%` over the m, h sweep of the backends.
+struct Reducer {
+  std::uint64_t m = 1;
+  std::uint64_t c_hi = 0;  // c = c_hi * 2^64 + c_lo = floor((2^128 - 1) / m) + 1
+  std::uint64_t c_lo = 0;
+
+  ABF_HD constexpr Reducer() = default;
+  ABF_HD constexpr explicit Reducer(std::uint64_t divisor) : m(divisor) {
+    // floor((2^128 - 1) / m) by long division in two 64-bit halves.
+    const std::uint64_t all = ~std::uint64_t{0};
+    const std::uint64_t q_hi = all / m;
+    const std::uint64_t r_hi = all % m;
+    // (r_hi * 2^64 + all) / m with r_hi < m < 2^32: split the low word in
+    // two 32-bit digits so every partial dividend fits in 64 bits.
+    std::uint64_t rem = r_hi;
+    std::uint64_t q_lo = 0;
+    for (int shift = 32; shift >= 0; shift -= 32) {
+      const std::uint64_t digit = (all >> shift) & 0xffffffffu;
+      const std::uint64_t part = (rem << 32) | digit;
+      q_lo = (q_lo << 32) | (part / m);
+      rem = part % m;
+    }
+    c_lo = q_lo + 1;
+    c_hi = q_hi + (c_lo == 0 ? 1 : 0);
+  }
+
+  ABF_HD constexpr std::uint64_t reduce(std::uint64_t x) const {
+    // low = (c * x) mod 2^128
+    const std::uint64_t low_lo = c_lo * x;
+    const std::uint64_t low_hi = mul_hi64(c_lo, x) + c_hi * x;
+    // (low * m) >> 128, m < 2^32
+    const std::uint64_t mid = low_hi * m;          // low 64 bits of low_hi * m
+    const std::uint64_t carry_in = mul_hi64(low_lo, m);
+    const std::uint64_t carry = (mid + carry_in < mid) ? 1 : 0;
+    return mul_hi64(low_hi, m) + carry;
+  }
+};
+
+// What a probing kernel needs to know of a filter. Trivially copyable: pass it
+// by value to a CUDA kernel. `words` holds bit_count / 64 words.
+struct FilterView {
+  const std::uint64_t* words = nullptr;
+  std::uint64_t bit_count = 0;
+  std::uint32_t hash_count = 0;
+};
+
+// The reference query for one digest: true ("Maybe") iff all k bits are set.
+ABF_HD constexpr bool might_contain(const FilterView& view, const std::uint8_t* digest) {
+  const std::uint64_t m = view.bit_count;
+  std::uint64_t i = first_index(h1_of(digest), m);
+  const std::uint64_t step = step_of(h2_of(digest), m);
+  for (std::uint32_t j = 0; j < view.hash_count; ++j) {
+    if ((view.words[word_of(i)] & mask_of(i)) == 0) return false;
+    i = advance(i, step, m);
+  }
+  return true;
+}
+
+// The reference insert for one digest into a mutable bitset.
+ABF_HD constexpr void insert(std::uint64_t* words, std::uint64_t bit_count,
+                             std::uint32_t hash_count, const std::uint8_t* digest) {
+  std::uint64_t i = first_index(h1_of(digest), bit_count);
+  const std::uint64_t step = step_of(h2_of(digest), bit_count);
+  for (std::uint32_t j = 0; j < hash_count; ++j) {
+    words[word_of(i)] |= mask_of(i);
+    i = advance(i, step, bit_count);
+  }
+}
+
+}  // namespace abf::probe

@@ -1,0 +1,159 @@
+#include "abf/digest.hpp"
+
+#include <openssl/evp.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace abf {
+
+namespace {
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+int hex_value(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r'; }
+
+std::string_view trim(std::string_view text) noexcept {
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// A short, printable excerpt of bad input for an error message.
+std::string excerpt(std::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, 40)) {
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  if (text.size() > 40) out += "...";
+  return out;
+}
+
+using DigestContext = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+
+DigestContext new_sha256() {
+  DigestContext context(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
+    throw std::bad_alloc();  // only fails when OpenSSL cannot allocate
+  }
+  return context;
+}
+
+Digest finish_sha256(EVP_MD_CTX* context) {
+  Digest digest;
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context, digest.bytes.data(), &length);
+  return digest;
+}
+
+}  // namespace
+
+std::string Digest::hex() const {
+  std::string text(kSize * 2, '0');
+  for (std::size_t i = 0; i < kSize; ++i) {
+    text[2 * i] = kHexDigits[bytes[i] >> 4];
+    text[2 * i + 1] = kHexDigits[bytes[i] & 15];
+  }
+  return text;
+}
+
+Result<Digest> parse_hex_digest(std::string_view hex) {
+  if (hex.size() != Digest::kSize * 2) {
+    return fail(ErrorCode::kInvalidDigest, "expected 64 hex digits, found " +
+                                               std::to_string(hex.size()) + " characters ('" +
+                                               excerpt(hex) + "')");
+  }
+  Digest digest;
+  for (std::size_t i = 0; i < Digest::kSize; ++i) {
+    const int high = hex_value(hex[2 * i]);
+    const int low = hex_value(hex[2 * i + 1]);
+    if (high < 0 || low < 0) {
+      const std::size_t column = (high < 0 ? 2 * i : 2 * i + 1) + 1;
+      return fail(ErrorCode::kInvalidDigest, "non-hex character at column " +
+                                                 std::to_string(column) + " ('" + excerpt(hex) +
+                                                 "')");
+    }
+    digest.bytes[i] = static_cast<std::uint8_t>(high << 4 | low);
+  }
+  return digest;
+}
+
+bool is_blank_line(std::string_view line) noexcept { return trim(line).empty(); }
+
+Result<Digest> parse_digest_line(std::string_view line, std::uint64_t line_number) {
+  std::string_view text = trim(line);
+  // A sha256sum line: the digest, a space, then ' ' (text mode) or '*'
+  // (binary mode), then the name. The name may contain anything.
+  if (const auto space = text.find_first_of(" \t"); space != std::string_view::npos) {
+    const std::string_view rest = text.substr(space);
+    const bool sha256sum_form = space == Digest::kSize * 2 && rest.size() >= 3 &&
+                                rest[0] == ' ' && (rest[1] == ' ' || rest[1] == '*');
+    if (!sha256sum_form) {
+      return fail(ErrorCode::kInvalidDigest,
+                  "line " + std::to_string(line_number) +
+                      ": expected a digest, sha256:<digest> or a sha256sum line ('" +
+                      excerpt(text) + "')");
+    }
+    text = text.substr(0, space);
+  }
+  if (const auto colon = text.find(':'); colon != std::string_view::npos) {
+    const std::string_view algorithm = text.substr(0, colon);
+    if (algorithm != "sha256") {
+      return fail(ErrorCode::kInvalidDigest, "line " + std::to_string(line_number) +
+                                                 ": unsupported digest algorithm '" +
+                                                 excerpt(algorithm) + "' (only sha256)");
+    }
+    text.remove_prefix(colon + 1);
+  }
+  auto digest = parse_hex_digest(text);
+  if (!digest) {
+    return fail(ErrorCode::kInvalidDigest,
+                "line " + std::to_string(line_number) + ": " + digest.error().message);
+  }
+  return digest;
+}
+
+Digest sha256(std::span<const std::uint8_t> bytes) {
+  auto context = new_sha256();
+  EVP_DigestUpdate(context.get(), bytes.data(), bytes.size());
+  return finish_sha256(context.get());
+}
+
+Digest sha256(std::string_view text) {
+  return sha256(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+Result<Digest> sha256_file(const std::filesystem::path& path) {
+  std::unique_ptr<std::FILE, decltype(&std::fclose)> file(std::fopen(path.c_str(), "rb"),
+                                                          &std::fclose);
+  if (!file) {
+    return fail(ErrorCode::kIo, path.string() + ": cannot open: " + std::strerror(errno));
+  }
+  auto context = new_sha256();
+  std::vector<std::uint8_t> buffer(1 << 20);
+  while (true) {
+    const std::size_t got = std::fread(buffer.data(), 1, buffer.size(), file.get());
+    if (got > 0) EVP_DigestUpdate(context.get(), buffer.data(), got);
+    if (got < buffer.size()) {
+      if (std::ferror(file.get())) {
+        return fail(ErrorCode::kIo, path.string() + ": read error: " + std::strerror(errno));
+      }
+      break;
+    }
+  }
+  return finish_sha256(context.get());
+}
+
+}  // namespace abf

@@ -1,0 +1,50 @@
+// Internal: the single-threaded probe engines the dispatcher in query.cpp and
+// the builder in filter.cpp choose between. Each engine answers bit for bit
+// as the scalar reference. Not installed; includes no Highway, TBB or CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "abf/digest.hpp"
+#include "abf/error.hpp"
+#include "abf/filter.hpp"
+#include "abf/probe.hpp"
+
+namespace abf::scalar {
+// The reference: plain `%`, one digest at a time (core/src/scalar.cpp).
+void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
+                 Answer* answers) noexcept;
+void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                  const Digest* digests, std::size_t count) noexcept;
+}  // namespace abf::scalar
+
+namespace abf::simd {
+// The Highway engine (simd/), on the best target this CPU supports, or the
+// one a test forced with hwy::SetSupportedTargetsForTest.
+void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
+                 Answer* answers) noexcept;
+void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                  const Digest* digests, std::size_t count) noexcept;
+// Name of the Highway target query_batch dispatches to now.
+std::string target_name();
+// Names of every target compiled in and supported by this CPU.
+std::vector<std::string> compiled_targets();
+}  // namespace abf::simd
+
+namespace abf::cuda_engine {
+// The CUDA backend (cuda/). Without a CUDA build these answer
+// kBackendUnavailable (cuda/src/unavailable.cpp).
+bool compiled() noexcept;
+bool device_present() noexcept;
+std::string device_description();
+// Batch query from host memory: uploads the filter (cached per filter), then
+// streams the digests through pinned staging buffers.
+Result<void> query_batch(const Filter& filter, const Digest* digests, std::size_t count,
+                         Answer* answers);
+// Inserts host digests into a host bitset using the GPU build kernel.
+Result<void> insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                          const Digest* digests, std::size_t count);
+}  // namespace abf::cuda_engine

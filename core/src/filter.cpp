@@ -1,0 +1,157 @@
+#include "abf/filter.hpp"
+
+#include <sys/mman.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "engines.hpp"
+#include "parallel.hpp"
+
+namespace abf {
+
+namespace {
+
+// Bitsets of 2 MiB and more are 2 MiB aligned and advised for transparent
+// huge pages: at `dram` sizes a random probe otherwise misses the TLB too.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+std::string layout_problem(const FilterInfo& info) {
+  const auto& layout = info.layout;
+  if (layout.hash_count < probe::kMinHashCount || layout.hash_count > probe::kMaxHashCount) {
+    return "hash count " + std::to_string(layout.hash_count) + " is outside 1..32";
+  }
+  if (layout.bit_count < probe::kMinBitCount || layout.bit_count > probe::kMaxBitCount ||
+      layout.bit_count % 64 != 0) {
+    return "bit count " + std::to_string(layout.bit_count) +
+           " is not a multiple of 64 in 64..2^30";
+  }
+  if (info.spec.expected_item_count < 1 ||
+      info.spec.expected_item_count > probe::kMaxExpectedItemCount) {
+    return "expected item count " + std::to_string(info.spec.expected_item_count) +
+           " is outside 1..2^30";
+  }
+  if (info.inserted_item_count > info.spec.expected_item_count) {
+    return "inserted item count " + std::to_string(info.inserted_item_count) +
+           " exceeds the expected item count " + std::to_string(info.spec.expected_item_count);
+  }
+  if (!(info.spec.target_fpp > 0.0 && info.spec.target_fpp < 1.0)) {
+    return "target false-positive rate is not in (0, 1)";
+  }
+  return {};
+}
+
+}  // namespace
+
+std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count) {
+  const std::size_t bytes = std::max<std::size_t>(word_count, 1) * sizeof(std::uint64_t);
+  const std::size_t alignment = bytes >= kHugePage ? kHugePage : 64;
+  const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* memory = std::aligned_alloc(alignment, rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+  if (alignment == kHugePage) madvise(memory, rounded, MADV_HUGEPAGE);  // advice; may be ignored
+  std::memset(memory, 0, rounded);
+  return {static_cast<std::uint64_t*>(memory), [](std::uint64_t* p) { std::free(p); }};
+}
+
+Result<Filter> Filter::from_words(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words,
+                                  std::size_t word_count) {
+  if (auto problem = layout_problem(info); !problem.empty()) {
+    return fail(ErrorCode::kInvalidArgument, problem);
+  }
+  if (word_count != info.layout.bit_count / 64 || words == nullptr) {
+    return fail(ErrorCode::kInvalidArgument,
+                "bitset has " + std::to_string(word_count) + " words, the layout needs " +
+                    std::to_string(info.layout.bit_count / 64));
+  }
+  return Filter(info, std::move(words), word_count);
+}
+
+bool Filter::might_contain(const Digest& digest) const noexcept {
+  return probe::might_contain(view(), digest.bytes.data());
+}
+
+std::uint64_t Filter::popcount() const noexcept {
+  std::uint64_t total = 0;
+  for (const std::uint64_t word : words()) total += static_cast<std::uint64_t>(std::popcount(word));
+  return total;
+}
+
+double Filter::fill_ratio() const noexcept {
+  return static_cast<double>(popcount()) / static_cast<double>(bit_count());
+}
+
+double Filter::estimate_false_positive_rate() const noexcept {
+  return modeled_false_positive_rate(info_.layout, info_.inserted_item_count);
+}
+
+std::span<const std::uint8_t> Filter::payload() const noexcept {
+  static_assert(std::endian::native == std::endian::little,
+                "the payload is the words' little-endian bytes; big-endian hosts need a swap");
+  return {reinterpret_cast<const std::uint8_t*>(words_.get()), word_count_ * sizeof(std::uint64_t)};
+}
+
+Result<FilterBuilder> FilterBuilder::create(const BloomSpec& spec, std::uint64_t catalog_version) {
+  auto layout = choose_layout(spec);
+  if (!layout) return std::unexpected(layout.error());
+  const std::size_t word_count = layout->bit_count / 64;
+  FilterInfo info{spec, *layout, 0, catalog_version};
+  return FilterBuilder(info, allocate_words(word_count), word_count);
+}
+
+Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend) {
+  if (!words_) return fail(ErrorCode::kInvalidArgument, "FilterBuilder::add after finish()");
+  const std::uint64_t capacity = info_.spec.expected_item_count;
+  if (digests.size() > capacity - info_.inserted_item_count) {
+    return fail(ErrorCode::kCapacityExceeded,
+                "adding " + std::to_string(digests.size()) + " digests to the " +
+                    std::to_string(info_.inserted_item_count) +
+                    " already inserted exceeds the expected item count " +
+                    std::to_string(capacity));
+  }
+  auto resolved = resolve_backend(backend, digests.size());
+  if (!resolved) return std::unexpected(resolved.error());
+  const auto m = info_.layout.bit_count;
+  const auto k = info_.layout.hash_count;
+  switch (*resolved) {
+    case Backend::kScalar:
+      scalar::insert_batch(words_.get(), m, k, digests.data(), digests.size());
+      break;
+    case Backend::kCuda: {
+      auto done = cuda_engine::insert_batch(words_.get(), m, k, digests.data(), digests.size());
+      if (!done) {
+        if (backend != Backend::kAuto) return done;
+        detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(),
+                                digests.size());
+      }
+      break;
+    }
+    case Backend::kAuto:
+    case Backend::kSimd:
+      detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(),
+                              digests.size());
+      break;
+  }
+  info_.inserted_item_count += digests.size();
+  return {};
+}
+
+Filter FilterBuilder::finish() && {
+  Filter filter(info_, std::move(words_), word_count_);
+  word_count_ = 0;
+  return filter;
+}
+
+Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
+                            std::uint64_t catalog_version, Backend backend) {
+  auto builder = FilterBuilder::create(spec, catalog_version);
+  if (!builder) return std::unexpected(builder.error());
+  if (auto added = builder->add(digests, backend); !added) return std::unexpected(added.error());
+  return std::move(*builder).finish();
+}
+
+}  // namespace abf

@@ -1,0 +1,308 @@
+// ABF1 snapshot encoding, validation and loading (PROTOCOL.md section 7).
+#include "abf/snapshot.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "abf/io.hpp"
+#include "abf/probe.hpp"
+
+namespace abf {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "snapshot integers are little-endian; big-endian hosts need byte swaps here");
+
+constexpr char kMagic[4] = {'A', 'B', 'F', '1'};
+constexpr std::size_t kHeaderChecksummedBytes = 72;
+constexpr std::size_t kReservedOffset = 80;
+// kAuto maps snapshots at least this large instead of copying them.
+constexpr std::uint64_t kMapThreshold = std::uint64_t{64} << 20;
+
+template <class T>
+T load_le(const std::uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+template <class T>
+void store_le(std::uint8_t* p, T value) {
+  std::memcpy(p, &value, sizeof(T));
+}
+
+std::uint64_t xxh3(std::span<const std::uint8_t> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+std::string hex64(std::uint64_t value) {
+  char text[19];
+  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+// Checks the 128 header bytes against every rule, in order. `file_size` is
+// the whole snapshot's length.
+Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t file_size,
+                                       const std::string& where) {
+  auto error = [&](ErrorCode code, const std::string& what) {
+    return fail(code, where + ": " + what);
+  };
+  if (file_size < kSnapshotHeaderSize) {
+    return error(ErrorCode::kSnapshotTruncated,
+                 "file is " + std::to_string(file_size) +
+                     " bytes, shorter than the 128-byte ABF1 header");
+  }
+  if (std::memcmp(bytes, kMagic, 4) != 0) {
+    return error(ErrorCode::kSnapshotBadMagic, "not an ABF1 snapshot (bad magic)");
+  }
+  SnapshotHeader h;
+  h.format_version = load_le<std::uint32_t>(bytes + 4);
+  h.hash_protocol_version = load_le<std::uint32_t>(bytes + 8);
+  h.hash_count = load_le<std::uint32_t>(bytes + 12);
+  h.catalog_version = load_le<std::uint64_t>(bytes + 16);
+  h.bit_count = load_le<std::uint64_t>(bytes + 24);
+  h.expected_item_count = load_le<std::uint64_t>(bytes + 32);
+  h.inserted_item_count = load_le<std::uint64_t>(bytes + 40);
+  h.target_fpp = load_le<double>(bytes + 48);
+  h.payload_length = load_le<std::uint64_t>(bytes + 56);
+  h.payload_checksum = load_le<std::uint64_t>(bytes + 64);
+  h.header_checksum = load_le<std::uint64_t>(bytes + 72);
+
+  if (h.format_version != kSnapshotFormatVersion) {
+    return error(ErrorCode::kSnapshotUnsupportedFormat,
+                 "format version " + std::to_string(h.format_version) +
+                     " is not supported (this build reads version 1)");
+  }
+  // The checksum before the fields: a corrupt header is not interpreted.
+  if (const auto actual = xxh3({bytes, kHeaderChecksummedBytes}); actual != h.header_checksum) {
+    return error(ErrorCode::kSnapshotHeaderChecksum, "header checksum mismatch (stored " +
+                                                         hex64(h.header_checksum) + ", computed " +
+                                                         hex64(actual) + ")");
+  }
+  if (h.hash_protocol_version != probe::kHashProtocolVersion) {
+    return error(ErrorCode::kSnapshotUnsupportedHashProtocol,
+                 "hash protocol version " + std::to_string(h.hash_protocol_version) +
+                     " is not supported (this build implements version 1)");
+  }
+  if (h.hash_count < probe::kMinHashCount || h.hash_count > probe::kMaxHashCount) {
+    return error(ErrorCode::kSnapshotBadHashCount,
+                 "hash count " + std::to_string(h.hash_count) + " is outside 1..32");
+  }
+  if (h.bit_count < probe::kMinBitCount || h.bit_count > probe::kMaxBitCount ||
+      h.bit_count % 64 != 0) {
+    return error(ErrorCode::kSnapshotBadBitCount,
+                 "bit count " + std::to_string(h.bit_count) +
+                     " is not a multiple of 64 in 64..2^30");
+  }
+  if (h.expected_item_count < 1 || h.expected_item_count > probe::kMaxExpectedItemCount) {
+    return error(ErrorCode::kSnapshotBadExpectedItemCount,
+                 "expected item count " + std::to_string(h.expected_item_count) +
+                     " is outside 1..2^30");
+  }
+  if (h.inserted_item_count > h.expected_item_count) {
+    return error(ErrorCode::kSnapshotBadInsertedItemCount,
+                 "inserted item count " + std::to_string(h.inserted_item_count) +
+                     " exceeds the expected item count " + std::to_string(h.expected_item_count));
+  }
+  if (!(h.target_fpp > 0.0 && h.target_fpp < 1.0)) {
+    return error(ErrorCode::kSnapshotBadTargetFpp,
+                 "target false-positive rate " + std::to_string(h.target_fpp) +
+                     " is not in (0, 1)");
+  }
+  if (h.payload_length != h.bit_count / 8) {
+    return error(ErrorCode::kSnapshotBadPayloadLength,
+                 "payload length " + std::to_string(h.payload_length) + " is not bit count / 8 = " +
+                     std::to_string(h.bit_count / 8));
+  }
+  for (std::size_t i = kReservedOffset; i < kSnapshotHeaderSize; ++i) {
+    if (bytes[i] != 0) {
+      return error(ErrorCode::kSnapshotReservedNotZero,
+                   "reserved header byte " + std::to_string(i) + " is not zero");
+    }
+  }
+  const std::uint64_t expected_size = kSnapshotHeaderSize + h.payload_length;
+  if (file_size < expected_size) {
+    return error(ErrorCode::kSnapshotPayloadTruncated,
+                 "file is " + std::to_string(file_size) + " bytes, the header promises " +
+                     std::to_string(expected_size));
+  }
+  if (file_size > expected_size) {
+    return error(ErrorCode::kSnapshotTrailingBytes,
+                 "file is " + std::to_string(file_size) + " bytes, " +
+                     std::to_string(file_size - expected_size) + " more than the header promises");
+  }
+  return h;
+}
+
+Result<void> check_payload(const SnapshotHeader& h, const std::uint8_t* payload,
+                           const std::string& where) {
+  if (const auto actual = xxh3({payload, h.payload_length}); actual != h.payload_checksum) {
+    return fail(ErrorCode::kSnapshotPayloadChecksum,
+                where + ": payload checksum mismatch (stored " + hex64(h.payload_checksum) +
+                    ", computed " + hex64(actual) + ")");
+  }
+  return {};
+}
+
+FilterInfo info_of(const SnapshotHeader& h) {
+  return FilterInfo{BloomSpec{h.expected_item_count, h.target_fpp}, Layout{h.bit_count, h.hash_count},
+                    h.inserted_item_count, h.catalog_version};
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, std::uint64_t offset,
+                        const std::string& where) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return fail(ErrorCode::kIo, where + ": read error: " + std::strerror(errno));
+    }
+    if (got == 0) {
+      return fail(ErrorCode::kSnapshotPayloadTruncated, where + ": file shrank while reading");
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_snapshot_header(const Filter& filter) {
+  std::vector<std::uint8_t> header(kSnapshotHeaderSize, 0);
+  std::uint8_t* p = header.data();
+  std::memcpy(p, kMagic, 4);
+  store_le<std::uint32_t>(p + 4, kSnapshotFormatVersion);
+  store_le<std::uint32_t>(p + 8, probe::kHashProtocolVersion);
+  store_le<std::uint32_t>(p + 12, filter.hash_count());
+  store_le<std::uint64_t>(p + 16, filter.catalog_version());
+  store_le<std::uint64_t>(p + 24, filter.bit_count());
+  store_le<std::uint64_t>(p + 32, filter.expected_item_count());
+  store_le<std::uint64_t>(p + 40, filter.inserted_item_count());
+  store_le<double>(p + 48, filter.target_fpp());
+  store_le<std::uint64_t>(p + 56, filter.bit_count() / 8);
+  store_le<std::uint64_t>(p + 64, xxh3(filter.payload()));
+  store_le<std::uint64_t>(p + 72, xxh3({p, kHeaderChecksummedBytes}));
+  return header;
+}
+
+std::vector<std::uint8_t> serialize_snapshot(const Filter& filter) {
+  auto bytes = encode_snapshot_header(filter);
+  const auto payload = filter.payload();
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  return bytes;
+}
+
+Result<void> save_snapshot(const Filter& filter, const std::filesystem::path& path) {
+  auto file = AtomicFile::create(path);
+  if (!file) return std::unexpected(file.error());
+  if (auto wrote = file->write(encode_snapshot_header(filter)); !wrote) return wrote;
+  if (auto wrote = file->write(filter.payload()); !wrote) return wrote;
+  return file->commit();
+}
+
+Result<SnapshotHeader> parse_snapshot_header(std::span<const std::uint8_t> bytes) {
+  return validate_header(bytes.data(), bytes.size(), "snapshot");
+}
+
+Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes) {
+  auto header = validate_header(bytes.data(), bytes.size(), "snapshot");
+  if (!header) return std::unexpected(header.error());
+  const std::uint8_t* payload = bytes.data() + kSnapshotHeaderSize;
+  if (auto ok = check_payload(*header, payload, "snapshot"); !ok) return std::unexpected(ok.error());
+  const std::size_t word_count = header->bit_count / 64;
+  auto words = allocate_words(word_count);
+  std::memcpy(words.get(), payload, header->payload_length);
+  return Filter::from_words(info_of(*header), std::move(words), word_count);
+}
+
+Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
+  const std::string where = path.string();
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) {
+    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) return fail(ErrorCode::kIo, where + ": not a regular file");
+  const auto file_size = static_cast<std::uint64_t>(info.st_size);
+
+  std::uint8_t header_bytes[kSnapshotHeaderSize] = {};
+  const std::size_t header_read = static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kSnapshotHeaderSize));
+  if (auto ok = read_exact(fd.get(), header_bytes, header_read, 0, where); !ok) {
+    return std::unexpected(ok.error());
+  }
+  auto header = validate_header(header_bytes, file_size, where);
+  if (!header) return std::unexpected(header.error());
+  const std::size_t word_count = header->bit_count / 64;
+
+  if (mode == LoadMode::kMap || (mode == LoadMode::kAuto && file_size >= kMapThreshold)) {
+    void* mapping = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (mapping == MAP_FAILED) {
+      return fail(ErrorCode::kIo, where + ": cannot map: " + std::strerror(errno));
+    }
+    ::madvise(mapping, file_size, MADV_WILLNEED);
+    auto* base = static_cast<std::uint8_t*>(mapping);
+    std::shared_ptr<const std::uint8_t> owner(base, [file_size](const std::uint8_t* p) {
+      ::munmap(const_cast<std::uint8_t*>(p), file_size);
+    });
+    // Re-validate from the mapping itself: the header we checked was read
+    // separately, and the bytes the filter serves must be the checked ones.
+    auto mapped_header = validate_header(base, file_size, where);
+    if (!mapped_header) return std::unexpected(mapped_header.error());
+    const std::uint8_t* payload = base + kSnapshotHeaderSize;
+    if (auto ok = check_payload(*mapped_header, payload, where); !ok) {
+      return std::unexpected(ok.error());
+    }
+    std::shared_ptr<const std::uint64_t> words(owner,
+                                               reinterpret_cast<const std::uint64_t*>(payload));
+    return Filter::from_words(info_of(*mapped_header), std::move(words), word_count);
+  }
+
+  auto words = allocate_words(word_count);
+  if (auto ok = read_exact(fd.get(), reinterpret_cast<std::uint8_t*>(words.get()),
+                           header->payload_length, kSnapshotHeaderSize, where);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  if (auto ok = check_payload(*header, reinterpret_cast<const std::uint8_t*>(words.get()), where);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  return Filter::from_words(info_of(*header), std::move(words), word_count);
+}
+
+Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
+  auto filter = load_snapshot(path, LoadMode::kAuto);
+  if (!filter) return std::unexpected(filter.error());
+  std::vector<std::uint8_t> header = encode_snapshot_header(*filter);
+  return validate_header(header.data(), kSnapshotHeaderSize + filter->bit_count() / 8,
+                         path.string());
+}
+
+}  // namespace abf

@@ -1,0 +1,105 @@
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace abf::test {
+
+std::filesystem::path data_path(std::string_view relative) {
+  return std::filesystem::path(ABF_TEST_DATA) / relative;
+}
+
+std::vector<std::vector<std::string>> read_tsv(std::string_view relative) {
+  std::ifstream in(data_path(relative));
+  EXPECT_TRUE(in.good()) << "cannot open " << data_path(relative);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> fields;
+    std::stringstream stream(line);
+    std::string field;
+    while (std::getline(stream, field, '\t')) fields.push_back(field);
+    if (!line.empty() && line.back() == '\t') fields.emplace_back();
+    rows.push_back(std::move(fields));
+  }
+  return rows;
+}
+
+std::vector<std::uint64_t> split_numbers(std::string_view text) {
+  std::vector<std::uint64_t> numbers;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const auto item = text.substr(0, comma);
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    EXPECT_TRUE(ec == std::errc() && end == item.data() + item.size()) << "bad number " << item;
+    numbers.push_back(value);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return numbers;
+}
+
+double parse_hex_float(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  EXPECT_EQ(*end, '\0') << "bad hex float " << text;
+  return value;
+}
+
+Digest digest_from_hex(std::string_view hex) {
+  auto digest = parse_hex_digest(hex);
+  EXPECT_TRUE(digest.has_value()) << hex;
+  return digest.value_or(Digest{});
+}
+
+Digest member_digest(std::uint64_t i) { return sha256("member:" + std::to_string(i)); }
+Digest non_member_digest(std::uint64_t i) { return sha256("non-member:" + std::to_string(i)); }
+
+std::vector<Digest> member_digests(std::uint64_t count) {
+  std::vector<Digest> digests;
+  digests.reserve(count);
+  for (std::uint64_t i = 0; i < count; ++i) digests.push_back(member_digest(i));
+  return digests;
+}
+
+std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed) {
+  std::vector<Digest> digests(count);
+  std::uint64_t state = seed;
+  auto next = [&state] {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (auto& digest : digests) {
+    for (std::size_t i = 0; i < Digest::kSize; i += 8) {
+      const std::uint64_t word = next();
+      for (std::size_t b = 0; b < 8; ++b) digest.bytes[i + b] = static_cast<std::uint8_t>(word >> (8 * b));
+    }
+  }
+  return digests;
+}
+
+Digest digest_with_words(std::uint64_t h1, std::uint64_t h2) {
+  Digest digest;
+  for (int b = 0; b < 8; ++b) {
+    digest.bytes[b] = static_cast<std::uint8_t>(h1 >> (56 - 8 * b));
+    digest.bytes[8 + b] = static_cast<std::uint8_t>(h2 >> (56 - 8 * b));
+  }
+  return digest;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace abf::test

@@ -1,0 +1,43 @@
+// Shared helpers for the test executables: golden-vector files, digests.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abf/digest.hpp"
+
+namespace abf::test {
+
+// A file under tests/data, e.g. data_path("vectors/layout.tsv").
+std::filesystem::path data_path(std::string_view relative);
+
+// The rows of a tab-separated file, '#' comment lines skipped.
+std::vector<std::vector<std::string>> read_tsv(std::string_view relative);
+
+// Splits "1,2,3" into numbers; "" gives none.
+std::vector<std::uint64_t> split_numbers(std::string_view text);
+
+// Parses a C99 hex float ("0x1.47ae147ae147bp-7") exactly.
+double parse_hex_float(const std::string& text);
+
+// Digest from 64 hex digits (the test fails on bad input).
+Digest digest_from_hex(std::string_view hex);
+
+// The golden vectors' digest sets: SHA-256("member:<i>"), SHA-256("non-member:<i>").
+Digest member_digest(std::uint64_t i);
+Digest non_member_digest(std::uint64_t i);
+std::vector<Digest> member_digests(std::uint64_t count);
+
+// Deterministic pseudo-random digests (splitmix64 of the seed).
+std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed);
+
+// A digest whose first two big-endian words are h1 and h2.
+Digest digest_with_words(std::uint64_t h1, std::uint64_t h2);
+
+// Whole file contents (empty if missing).
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace abf::test
