@@ -1,0 +1,96 @@
+// Observability (PROTOCOL.md section 9): the service's counters, the current
+// snapshot's gauges, and the derived ratios, exported as Prometheus text
+// exposition and as JSON.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace abf::service {
+
+struct Snapshot;
+
+// The counters. The first four and the load failures carry the names of
+// section 9; the others are this service's additions.
+enum class Counter : std::size_t {
+  kQuery,            // artifact_bloom.query.count: answers given (valid digests)
+  kNegative,         // artifact_bloom.negative.count: answered absent by the filter alone
+  kMaybe,            // artifact_bloom.maybe.count: the filter said Maybe
+  kFalsePositive,    // artifact_bloom.false_positive.count: Maybe, then the store said absent
+  kExactLookup,      // artifact_bloom.exact_lookup.count: digests asked of the exact store
+  kFilterBypass,     // artifact_bloom.filter_bypass.count: store asked without the filter
+                     //   (filter disabled, or a version other than the snapshot's)
+  kInvalidDigest,    // artifact_bloom.invalid_digest.count: malformed digests refused
+  kSnapshotLoadFailure,  // artifact_bloom.snapshot.load_failure.count
+  kSnapshotPublish,      // artifact_bloom.snapshot.publish.count
+};
+inline constexpr std::size_t kCounterCount = 9;
+
+// The dotted name of a counter, e.g. "artifact_bloom.negative.count".
+std::string_view counter_name(Counter counter) noexcept;
+
+// Everything exported at one moment.
+struct MetricsSnapshot {
+  std::array<std::uint64_t, kCounterCount> counters{};
+  std::uint64_t operator[](Counter counter) const noexcept {
+    return counters[static_cast<std::size_t>(counter)];
+  }
+
+  // Gauges of the serving snapshot; has_snapshot false (and zeros) if none.
+  bool has_snapshot = false;
+  std::uint64_t bit_count = 0;
+  std::uint64_t hash_count = 0;
+  std::uint64_t expected_item_count = 0;
+  std::uint64_t inserted_item_count = 0;
+  std::uint64_t catalog_version = 0;
+  double fill_ratio = 0.0;
+  double estimated_fpp = 0.0;  // modeled rate at the inserted count
+  double target_fpp = 0.0;
+  double age_seconds = 0.0;  // since this process published the snapshot
+
+  // Derived (section 9). A ratio whose denominator is 0 is reported as 0.
+  // total is the query counter: every answer given, bypassed ones included.
+  double negative_bypass_ratio() const noexcept;         // negative / total
+  double observed_false_positive_rate() const noexcept;  // fp / (negative + fp)
+  double false_discovery_ratio() const noexcept;         // fp / maybe
+};
+
+// Prometheus text exposition format 0.0.4: one `# HELP`, `# TYPE` and sample
+// line per metric, dots in names replaced by underscores
+// (artifact_bloom_negative_count). Ratios are gauges named
+// artifact_bloom_negative_bypass_ratio, _observed_false_positive_rate and
+// _false_discovery_ratio.
+std::string to_prometheus(const MetricsSnapshot& metrics);
+
+// A JSON object: "counters" and "gauges" keyed by the dotted names, and
+// "derived" with negativeBypassRatio, observedFalsePositiveRate and
+// falseDiscoveryRatio. Pretty-printed when `indent` >= 0.
+std::string to_json(const MetricsSnapshot& metrics, int indent = 2);
+
+// Counters safe to bump from any number of threads: each thread adds to one
+// of kShards cache-line-sized shards with relaxed atomics, so the hot path
+// never contends on a shared line; reads sum the shards. A read taken while
+// others count sees each counter at some value it passed through; counters
+// read together are not one atomic cut (fine for monitoring).
+class Metrics {
+ public:
+  static constexpr std::size_t kShards = 16;
+
+  void add(Counter counter, std::uint64_t amount = 1) noexcept;
+  std::uint64_t get(Counter counter) const noexcept;
+
+  // The counters now, plus the gauges of `current` (may be null).
+  MetricsSnapshot collect(const Snapshot* current) const;
+
+ private:
+  struct alignas(64) Shard {
+    std::array<std::atomic<std::uint64_t>, kCounterCount> values{};
+  };
+  std::array<Shard, kShards> shards_{};
+};
+
+}  // namespace abf::service

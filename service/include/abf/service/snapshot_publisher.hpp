@@ -1,0 +1,95 @@
+// Publishing snapshots (PROTOCOL.md section 8): load and verify a filter,
+// then swap the serving reference atomically. Readers never lock: a reader
+// takes a reference to the current snapshot and keeps using that one
+// snapshot for as long as it holds it, whatever is published meanwhile.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "abf/error.hpp"
+#include "abf/filter.hpp"
+#include "abf/snapshot.hpp"
+
+namespace abf::service {
+
+class Metrics;
+
+// One published, immutable snapshot: the filter of one catalog version.
+struct Snapshot {
+  Filter filter;
+  std::string source;            // the file it came from, or "<memory>"
+  std::uint64_t generation = 0;  // 1 for the first publish, +1 for each
+  std::chrono::steady_clock::time_point published_at{};
+
+  std::uint64_t catalog_version() const noexcept { return filter.catalog_version(); }
+};
+
+// Holds the serving snapshot. Any number of threads may call current() while
+// one or more threads publish; publishing calls are serialized among
+// themselves.
+//
+// Why not std::atomic<std::shared_ptr>: libstdc++ 12 (Debian 12's GCC)
+// implements it with a spin-lock bit in the control-block pointer
+// (is_lock_free() is false), and its load() releases that bit with a relaxed
+// store, a data race ThreadSanitizer reports (google/sanitizers#1558, fixed
+// in later libstdc++). The std::atomic_load(&shared_ptr) free functions take
+// a mutex from a global pool. Instead the reference lives in two slots with a
+// reader count each (a left-right scheme): a reader announces itself on the
+// active slot, re-checks that it is still active, copies the shared_ptr and
+// leaves — lock-free (it retries only when a publish flipped the slot under
+// it). A publisher fills the inactive slot once its readers have left, then
+// flips. Each slot's count sits on its own cache line.
+class SnapshotPublisher {
+ public:
+  // `metrics` (optional, must outlive the publisher) counts publishes and
+  // load failures.
+  explicit SnapshotPublisher(Metrics* metrics = nullptr);
+  SnapshotPublisher(const SnapshotPublisher&) = delete;
+  SnapshotPublisher& operator=(const SnapshotPublisher&) = delete;
+  ~SnapshotPublisher();
+
+  // Loads `path` with load_snapshot (every check of section 7: checksums,
+  // protocol and format versions, lengths), then publishes it. On any error
+  // the serving snapshot stays as it was and a load failure is counted. A
+  // snapshot whose catalogVersion is older than the serving one is refused
+  // with kInvalidArgument (also counted): an older filter's negatives are not
+  // valid for the newer catalog. An equal version is accepted (a rebuild).
+  Result<std::shared_ptr<const Snapshot>> load_and_publish(const std::filesystem::path& path,
+                                                           LoadMode mode = LoadMode::kAuto);
+
+  // Publishes a filter already in memory; same version rule and counting.
+  Result<std::shared_ptr<const Snapshot>> publish(Filter filter,
+                                                  std::string source = "<memory>");
+
+  // The serving snapshot, or null before the first successful publish.
+  // Lock-free; the returned snapshot stays valid while it is held.
+  std::shared_ptr<const Snapshot> current() const noexcept;
+
+  // Successful publishes and failed loads (refusals included) so far.
+  std::uint64_t publish_count() const noexcept;
+  std::uint64_t load_failure_count() const noexcept;
+
+ private:
+  Result<std::shared_ptr<const Snapshot>> publish_locked(Filter filter, std::string source);
+  void count_failure() noexcept;
+
+  struct alignas(64) Slot {
+    std::shared_ptr<const Snapshot> snapshot;
+    mutable std::atomic<std::uint64_t> readers{0};
+  };
+  std::array<Slot, 2> slots_;
+  std::atomic<unsigned> active_{0};
+  std::mutex publish_mutex_;  // publishers only; never taken by current()
+  std::atomic<std::uint64_t> publishes_{0};
+  std::atomic<std::uint64_t> failures_{0};
+  Metrics* metrics_ = nullptr;
+};
+
+}  // namespace abf::service

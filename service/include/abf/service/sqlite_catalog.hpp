@@ -1,0 +1,141 @@
+// The catalog: the exact set of artifacts, version by version, in one SQLite
+// database (sqlite3 C API). Every add or remove is one new catalog version;
+// nothing is ever deleted, so the catalog can answer for any past version
+// and a snapshot can be rebuilt for any of them.
+//
+// Schema (schema version 1; PRAGMA application_id 0x41424643, "ABFC"):
+//   abf_schema(version)                    one row: the schema version
+//   versions(version PRIMARY KEY, operation, created_unix, added, removed)
+//                                          one row per catalog version; 0 = init
+//   artifacts(digest BLOB(32), added_version, removed_version NULL,
+//             PRIMARY KEY (digest, added_version)) WITHOUT ROWID
+// A digest may have several rows (added, removed, added again); their
+// [added_version, removed_version) intervals never overlap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "abf/digest.hpp"
+#include "abf/error.hpp"
+#include "abf/filter.hpp"
+#include "abf/io.hpp"
+#include "abf/layout.hpp"
+#include "abf/service/artifact_repository.hpp"
+
+namespace abf::service {
+
+inline constexpr std::int64_t kCatalogSchemaVersion = 1;
+
+struct CatalogOpenOptions {
+  // Open for reading only (SQLITE_OPEN_READONLY): add/remove then fail.
+  bool read_only = false;
+  // How long a call waits for another process's lock before answering
+  // kCatalog "database is locked" (SQLite busy timeout), in milliseconds.
+  int busy_timeout_ms = 5000;
+  // SQLite page cache for this connection, in MiB (PRAGMA cache_size).
+  int cache_mib = 64;
+};
+
+// What one add or remove did.
+struct CatalogChange {
+  std::uint64_t version = 0;    // the new catalog version
+  std::uint64_t requested = 0;  // digests read from the input, duplicates included
+  std::uint64_t changed = 0;    // added (was absent) or removed (was present)
+  std::uint64_t unchanged = 0;  // add: already present; remove: not present
+};
+
+// Catalog-wide counts (`abf catalog stats`).
+struct CatalogStats {
+  std::int64_t schema_version = 0;
+  std::uint64_t latest_version = 0;
+  std::uint64_t version_count = 0;   // rows of `versions`, init included
+  std::uint64_t live_artifacts = 0;  // present at the latest version
+  std::uint64_t artifact_rows = 0;   // every interval ever recorded
+  std::uint64_t removed_rows = 0;    // intervals closed by a remove
+  std::uint64_t file_bytes = 0;      // size of the database file
+};
+
+// A catalog database. Every method may be called from any thread; calls on
+// one SqliteCatalog are serialized by an internal mutex (one connection).
+// Errors are kCatalog with the database path and SQLite's own message, except
+// where noted.
+class SqliteCatalog final : public ArtifactRepository {
+ public:
+  // Creates a new, empty catalog (version 0) at `path`. The file is built
+  // beside it and renamed into place, so a failed init leaves nothing behind.
+  // kCatalog if `path` already exists (it is never overwritten).
+  static Result<SqliteCatalog> create(const std::filesystem::path& path);
+
+  // Opens an existing catalog. Clear kCatalog errors for: a missing file
+  // ("no such catalog"), a file that is not a SQLite database, a SQLite
+  // database that is not an abf catalog, a catalog of another schema version,
+  // and a database locked by another process for longer than the busy timeout.
+  static Result<SqliteCatalog> open(const std::filesystem::path& path,
+                                    const CatalogOpenOptions& options = {});
+
+  SqliteCatalog(SqliteCatalog&&) noexcept;
+  SqliteCatalog& operator=(SqliteCatalog&&) noexcept;
+  ~SqliteCatalog() override;
+
+  // Adds digests as one new catalog version, in one transaction. Digests
+  // already present stay as they are (counted as unchanged), so duplicates in
+  // the input are harmless. The reader form streams input of any size; a
+  // malformed digest anywhere (kInvalidDigest, with its line or offset) rolls
+  // everything back: the catalog is then exactly as it was.
+  Result<CatalogChange> add(std::span<const Digest> digests);
+  Result<CatalogChange> add(DigestReader& input);
+  // Removes digests as one new catalog version: their intervals are closed at
+  // that version (nothing is deleted). Digests not present are counted as
+  // unchanged. Same transaction rules as add.
+  Result<CatalogChange> remove(std::span<const Digest> digests);
+  Result<CatalogChange> remove(DigestReader& input);
+
+  // ArtifactRepository. The batch form runs in one read transaction with one
+  // prepared statement, looking the digests up in ascending order (B-tree
+  // locality); kInvalidArgument if `exists` is shorter than `digests`.
+  Result<bool> exists_at_version(const Digest& digest, std::uint64_t catalog_version) override;
+  Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
+                                 std::span<bool> exists) override;
+  Result<std::uint64_t> latest_version() override;
+
+  // Streams every digest present at `catalog_version`, in ascending byte
+  // order, to `sink` in chunks of at most `chunk_size`, inside one read
+  // transaction (a consistent view even while another process adds). An error
+  // from `sink` stops the walk and is returned as it is. kInvalidArgument if
+  // the version does not exist yet (greater than latest_version()).
+  Result<void> for_each_digest_at_version(
+      std::uint64_t catalog_version,
+      const std::function<Result<void>(std::span<const Digest>)>& sink,
+      std::size_t chunk_size = 65536);
+
+  // The number of digests present at `catalog_version` (kInvalidArgument if
+  // the version does not exist yet).
+  Result<std::uint64_t> count_at_version(std::uint64_t catalog_version);
+
+  Result<CatalogStats> stats();
+
+  const std::filesystem::path& path() const noexcept;
+
+ private:
+  struct State;
+  explicit SqliteCatalog(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Builds the filter of the catalog at `catalog_version` (that version goes
+// into the filter's header), streaming the digests from the database into a
+// FilterBuilder. The spec errors of section 3 come first, then
+// kCapacityExceeded if the catalog holds more digests than
+// spec.expected_item_count, then catalog errors. This is what
+// `abf build --from-catalog` runs.
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, Backend backend = Backend::kAuto);
+
+}  // namespace abf::service

@@ -1,0 +1,77 @@
+// MemoryRepository: the in-memory exact store with catalog versions.
+#include "abf/service/artifact_repository.hpp"
+
+#include <string>
+
+namespace abf::service {
+
+bool MemoryRepository::exists_locked(const Digest& digest, std::uint64_t catalog_version) const {
+  const auto it = intervals_.find(digest);
+  if (it == intervals_.end()) return false;
+  for (const Interval& interval : it->second) {
+    if (interval.added <= catalog_version &&
+        (interval.removed == 0 || interval.removed > catalog_version)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::uint64_t MemoryRepository::add(std::span<const Digest> digests) {
+  const std::lock_guard lock(mutex_);
+  const std::uint64_t version = ++version_;
+  for (const Digest& digest : digests) {
+    auto& list = intervals_[digest];
+    if (!list.empty() && list.back().removed == 0) continue;  // present already
+    list.push_back({version, 0});
+  }
+  return version;
+}
+
+std::uint64_t MemoryRepository::remove(std::span<const Digest> digests) {
+  const std::lock_guard lock(mutex_);
+  const std::uint64_t version = ++version_;
+  for (const Digest& digest : digests) {
+    const auto it = intervals_.find(digest);
+    if (it == intervals_.end() || it->second.back().removed != 0) continue;
+    it->second.back().removed = version;
+  }
+  return version;
+}
+
+std::vector<Digest> MemoryRepository::digests_at_version(std::uint64_t catalog_version) const {
+  const std::lock_guard lock(mutex_);
+  std::vector<Digest> out;
+  for (const auto& [digest, list] : intervals_) {
+    if (exists_locked(digest, catalog_version)) out.push_back(digest);
+  }
+  return out;
+}
+
+Result<bool> MemoryRepository::exists_at_version(const Digest& digest,
+                                                 std::uint64_t catalog_version) {
+  const std::lock_guard lock(mutex_);
+  return exists_locked(digest, catalog_version);
+}
+
+Result<void> MemoryRepository::exists_at_version(std::span<const Digest> digests,
+                                                 std::uint64_t catalog_version,
+                                                 std::span<bool> exists) {
+  if (exists.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "memory repository: answer span holds " + std::to_string(exists.size()) +
+                    " entries for " + std::to_string(digests.size()) + " digests");
+  }
+  const std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    exists[i] = exists_locked(digests[i], catalog_version);
+  }
+  return {};
+}
+
+Result<std::uint64_t> MemoryRepository::latest_version() {
+  const std::lock_guard lock(mutex_);
+  return version_;
+}
+
+}  // namespace abf::service

@@ -1,0 +1,190 @@
+// Sharded counters and their Prometheus / JSON exposition.
+#include "abf/service/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "abf/service/snapshot_publisher.hpp"
+
+namespace abf::service {
+namespace {
+
+constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
+    "artifact_bloom.query.count",
+    "artifact_bloom.negative.count",
+    "artifact_bloom.maybe.count",
+    "artifact_bloom.false_positive.count",
+    "artifact_bloom.exact_lookup.count",
+    "artifact_bloom.filter_bypass.count",
+    "artifact_bloom.invalid_digest.count",
+    "artifact_bloom.snapshot.load_failure.count",
+    "artifact_bloom.snapshot.publish.count",
+};
+
+constexpr std::array<std::string_view, kCounterCount> kCounterHelp = {
+    "Existence queries answered (valid digests).",
+    "Queries answered absent by the filter alone, without an exact lookup.",
+    "Queries the filter answered Maybe.",
+    "Maybe answers the exact store then answered absent.",
+    "Digests looked up in the exact store.",
+    "Queries sent to the exact store without consulting the filter.",
+    "Malformed digests refused.",
+    "Snapshot loads that failed or were refused; the previous snapshot kept serving.",
+    "Snapshots published.",
+};
+
+double ratio(std::uint64_t numerator, std::uint64_t denominator) {
+  return denominator == 0 ? 0.0 : static_cast<double>(numerator) / static_cast<double>(denominator);
+}
+
+// Each thread keeps to one shard, chosen round-robin when it first counts.
+std::size_t shard_index() noexcept {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed) % Metrics::kShards;
+  return index;
+}
+
+std::string prometheus_name(std::string_view dotted) {
+  std::string name(dotted);
+  std::ranges::replace(name, '.', '_');
+  return name;
+}
+
+std::string format_number(double value) {
+  if (std::isnan(value)) return "NaN";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+struct Gauge {
+  std::string_view name;
+  std::string_view help;
+  double value;
+};
+
+std::vector<Gauge> gauges(const MetricsSnapshot& m) {
+  return {
+      {"artifact_bloom.bit_count", "Bits m of the serving filter.", static_cast<double>(m.bit_count)},
+      {"artifact_bloom.hash_count", "Probes k of the serving filter.", static_cast<double>(m.hash_count)},
+      {"artifact_bloom.expected_item_count", "Design capacity n of the serving filter.",
+       static_cast<double>(m.expected_item_count)},
+      {"artifact_bloom.inserted_item_count", "Digests inserted in the serving filter.",
+       static_cast<double>(m.inserted_item_count)},
+      {"artifact_bloom.catalog_version", "Catalog version of the serving snapshot.",
+       static_cast<double>(m.catalog_version)},
+      {"artifact_bloom.fill_ratio", "Set bits / m of the serving filter.", m.fill_ratio},
+      {"artifact_bloom.estimated_fpp", "Modeled false-positive rate at the inserted count.",
+       m.estimated_fpp},
+      {"artifact_bloom.target_fpp", "Design false-positive rate of the serving filter.", m.target_fpp},
+      {"artifact_bloom.snapshot.age_seconds", "Seconds since the serving snapshot was published.",
+       m.age_seconds},
+      {"artifact_bloom.negative_bypass_ratio", "negative / total queries.", m.negative_bypass_ratio()},
+      {"artifact_bloom.observed_false_positive_rate", "false_positive / (negative + false_positive).",
+       m.observed_false_positive_rate()},
+      {"artifact_bloom.false_discovery_ratio", "false_positive / maybe.", m.false_discovery_ratio()},
+  };
+}
+
+}  // namespace
+
+std::string_view counter_name(Counter counter) noexcept {
+  return kCounterNames[static_cast<std::size_t>(counter)];
+}
+
+double MetricsSnapshot::negative_bypass_ratio() const noexcept {
+  return ratio((*this)[Counter::kNegative], (*this)[Counter::kQuery]);
+}
+
+double MetricsSnapshot::observed_false_positive_rate() const noexcept {
+  const std::uint64_t fp = (*this)[Counter::kFalsePositive];
+  return ratio(fp, (*this)[Counter::kNegative] + fp);
+}
+
+double MetricsSnapshot::false_discovery_ratio() const noexcept {
+  return ratio((*this)[Counter::kFalsePositive], (*this)[Counter::kMaybe]);
+}
+
+void Metrics::add(Counter counter, std::uint64_t amount) noexcept {
+  // Relaxed: a counter orders nothing; its shard is (almost always) this
+  // thread's alone, so the line stays in this core's cache.
+  shards_[shard_index()].values[static_cast<std::size_t>(counter)].fetch_add(
+      amount, std::memory_order_relaxed);
+}
+
+std::uint64_t Metrics::get(Counter counter) const noexcept {
+  std::uint64_t sum = 0;
+  for (const Shard& shard : shards_) {
+    sum += shard.values[static_cast<std::size_t>(counter)].load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+MetricsSnapshot Metrics::collect(const Snapshot* current) const {
+  MetricsSnapshot m;
+  for (std::size_t i = 0; i < kCounterCount; ++i) m.counters[i] = get(static_cast<Counter>(i));
+  if (current != nullptr) {
+    const Filter& filter = current->filter;
+    m.has_snapshot = true;
+    m.bit_count = filter.bit_count();
+    m.hash_count = filter.hash_count();
+    m.expected_item_count = filter.expected_item_count();
+    m.inserted_item_count = filter.inserted_item_count();
+    m.catalog_version = filter.catalog_version();
+    m.fill_ratio = filter.fill_ratio();
+    m.estimated_fpp = filter.estimate_false_positive_rate();
+    m.target_fpp = filter.target_fpp();
+    m.age_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                  current->published_at)
+                        .count();
+  }
+  return m;
+}
+
+std::string to_prometheus(const MetricsSnapshot& metrics) {
+  std::string out;
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    const std::string name = prometheus_name(kCounterNames[i]);
+    out += "# HELP " + name + " " + std::string(kCounterHelp[i]) + "\n";
+    out += "# TYPE " + name + " counter\n";
+    out += name + " " + std::to_string(metrics.counters[i]) + "\n";
+  }
+  for (const Gauge& gauge : gauges(metrics)) {
+    const std::string name = prometheus_name(gauge.name);
+    out += "# HELP " + name + " " + std::string(gauge.help) + "\n";
+    out += "# TYPE " + name + " gauge\n";
+    out += name + " " + format_number(gauge.value) + "\n";
+  }
+  return out;
+}
+
+std::string to_json(const MetricsSnapshot& metrics, int indent) {
+  nlohmann::ordered_json json;
+  json["counters"] = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    json["counters"][std::string(kCounterNames[i])] = metrics.counters[i];
+  }
+  json["hasSnapshot"] = metrics.has_snapshot;
+  json["gauges"] = {
+      {"artifact_bloom.bit_count", metrics.bit_count},
+      {"artifact_bloom.hash_count", metrics.hash_count},
+      {"artifact_bloom.expected_item_count", metrics.expected_item_count},
+      {"artifact_bloom.inserted_item_count", metrics.inserted_item_count},
+      {"artifact_bloom.catalog_version", metrics.catalog_version},
+      {"artifact_bloom.fill_ratio", metrics.fill_ratio},
+      {"artifact_bloom.estimated_fpp", metrics.estimated_fpp},
+      {"artifact_bloom.target_fpp", metrics.target_fpp},
+      {"artifact_bloom.snapshot.age_seconds", metrics.age_seconds},
+  };
+  json["derived"] = {
+      {"negativeBypassRatio", metrics.negative_bypass_ratio()},
+      {"observedFalsePositiveRate", metrics.observed_false_positive_rate()},
+      {"falseDiscoveryRatio", metrics.false_discovery_ratio()},
+  };
+  return json.dump(indent);
+}
+
+}  // namespace abf::service

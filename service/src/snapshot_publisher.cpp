@@ -1,0 +1,99 @@
+// SnapshotPublisher: verified loads and a lock-free current() (see the header
+// for why two slots and not std::atomic<std::shared_ptr>).
+#include "abf/service/snapshot_publisher.hpp"
+
+#include <thread>
+#include <utility>
+
+#include "abf/service/metrics.hpp"
+
+namespace abf::service {
+
+SnapshotPublisher::SnapshotPublisher(Metrics* metrics) : metrics_(metrics) {}
+
+SnapshotPublisher::~SnapshotPublisher() = default;
+
+std::shared_ptr<const Snapshot> SnapshotPublisher::current() const noexcept {
+  // seq_cst on the announce (fetch_add) and the re-check (load) pairs with
+  // the publisher's flip (store) and drain check (load): in the single total
+  // order either the publisher sees this reader and waits, or this reader
+  // sees the flip and backs out without touching the slot.
+  for (;;) {
+    const unsigned index = active_.load(std::memory_order_seq_cst);
+    const Slot& slot = slots_[index];
+    slot.readers.fetch_add(1, std::memory_order_seq_cst);
+    if (active_.load(std::memory_order_seq_cst) == index) {
+      std::shared_ptr<const Snapshot> snapshot = slot.snapshot;
+      slot.readers.fetch_sub(1, std::memory_order_release);
+      return snapshot;
+    }
+    slot.readers.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void SnapshotPublisher::count_failure() noexcept {
+  failures_.fetch_add(1, std::memory_order_relaxed);
+  if (metrics_ != nullptr) metrics_->add(Counter::kSnapshotLoadFailure);
+}
+
+Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::load_and_publish(
+    const std::filesystem::path& path, LoadMode mode) {
+  // Load and verify outside the publish lock: it is the slow part.
+  auto filter = load_snapshot(path, mode);
+  if (!filter) {
+    count_failure();
+    return std::unexpected(filter.error());
+  }
+  const std::lock_guard lock(publish_mutex_);
+  return publish_locked(std::move(*filter), path.string());
+}
+
+Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish(Filter filter,
+                                                                   std::string source) {
+  const std::lock_guard lock(publish_mutex_);
+  return publish_locked(std::move(filter), std::move(source));
+}
+
+Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(Filter filter,
+                                                                          std::string source) {
+  const unsigned old_index = active_.load(std::memory_order_relaxed);  // only publishers write it
+  const unsigned new_index = 1 - old_index;
+  Slot& old_slot = slots_[old_index];
+  Slot& new_slot = slots_[new_index];
+  if (old_slot.snapshot != nullptr &&
+      filter.catalog_version() < old_slot.snapshot->catalog_version()) {
+    count_failure();
+    return fail(ErrorCode::kInvalidArgument,
+                "snapshot " + source + " is of catalog version " +
+                    std::to_string(filter.catalog_version()) + ", older than the serving version " +
+                    std::to_string(old_slot.snapshot->catalog_version()) +
+                    " (from " + old_slot.snapshot->source + "); refused, the serving snapshot stays");
+  }
+  auto snapshot = std::make_shared<const Snapshot>(
+      Snapshot{std::move(filter), std::move(source), publishes_.load(std::memory_order_relaxed) + 1,
+               std::chrono::steady_clock::now()});
+
+  // Readers that announced themselves on the inactive slot before the last
+  // flip are backing out; wait for them before writing it.
+  while (new_slot.readers.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  new_slot.snapshot = snapshot;
+  active_.store(new_index, std::memory_order_seq_cst);
+  // Drop the old reference once its last reader has taken its copy; readers
+  // holding a copy keep that snapshot alive and finish with it.
+  while (old_slot.readers.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  old_slot.snapshot.reset();
+
+  publishes_.fetch_add(1, std::memory_order_relaxed);
+  if (metrics_ != nullptr) metrics_->add(Counter::kSnapshotPublish);
+  return snapshot;
+}
+
+std::uint64_t SnapshotPublisher::publish_count() const noexcept {
+  return publishes_.load(std::memory_order_relaxed);
+}
+
+std::uint64_t SnapshotPublisher::load_failure_count() const noexcept {
+  return failures_.load(std::memory_order_relaxed);
+}
+
+}  // namespace abf::service

@@ -1,0 +1,578 @@
+// SqliteCatalog: the versioned exact store on SQLite (sqlite3 C API).
+#include "abf/service/sqlite_catalog.hpp"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace abf::service {
+namespace {
+
+// PRAGMA application_id: "ABFC" — tells an abf catalog from any other SQLite
+// database before a table is read.
+constexpr std::int32_t kApplicationId = 0x41424643;
+// Input is read, sorted and written in chunks of this many digests.
+constexpr std::size_t kChunk = 65536;
+// Batch lookups sort their digests first when there are at least this many:
+// walking the B-tree in key order keeps its pages hot in the CPU caches.
+constexpr std::size_t kSortThreshold = 64;
+
+constexpr std::string_view kCreateSchema = R"sql(
+PRAGMA application_id = 1094862403;
+PRAGMA user_version = 1;
+BEGIN;
+CREATE TABLE abf_schema (version INTEGER NOT NULL);
+INSERT INTO abf_schema (version) VALUES (1);
+CREATE TABLE versions (
+  version INTEGER PRIMARY KEY,
+  operation TEXT NOT NULL,
+  created_unix INTEGER NOT NULL,
+  added INTEGER NOT NULL DEFAULT 0,
+  removed INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO versions (version, operation, created_unix) VALUES (0, 'init', strftime('%s', 'now'));
+CREATE TABLE artifacts (
+  digest BLOB NOT NULL CHECK (length(digest) = 32),
+  added_version INTEGER NOT NULL,
+  removed_version INTEGER,
+  PRIMARY KEY (digest, added_version)
+) WITHOUT ROWID;
+COMMIT;
+)sql";
+static_assert(kApplicationId == 1094862403);
+
+constexpr const char* kExistsSql =
+    "SELECT 1 FROM artifacts WHERE digest = ?1 AND added_version <= ?2 "
+    "AND (removed_version IS NULL OR removed_version > ?2) LIMIT 1";
+constexpr const char* kLiveSql =
+    "SELECT 1 FROM artifacts WHERE digest = ?1 AND removed_version IS NULL LIMIT 1";
+constexpr const char* kInsertSql =
+    "INSERT INTO artifacts (digest, added_version) VALUES (?1, ?2)";
+constexpr const char* kCloseSql =
+    "UPDATE artifacts SET removed_version = ?2 WHERE digest = ?1 AND removed_version IS NULL";
+constexpr const char* kLatestSql = "SELECT MAX(version) FROM versions";
+constexpr const char* kVersionSql =
+    "INSERT INTO versions (version, operation, created_unix, added, removed) "
+    "VALUES (?1, ?2, strftime('%s', 'now'), ?3, ?4)";
+constexpr const char* kWalkSql =
+    "SELECT digest FROM artifacts WHERE added_version <= ?1 "
+    "AND (removed_version IS NULL OR removed_version > ?1) ORDER BY digest";
+constexpr const char* kCountSql =
+    "SELECT COUNT(*) FROM artifacts WHERE added_version <= ?1 "
+    "AND (removed_version IS NULL OR removed_version > ?1)";
+
+struct StmtDeleter {
+  void operator()(sqlite3_stmt* stmt) const noexcept { sqlite3_finalize(stmt); }
+};
+using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+
+struct DbDeleter {
+  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
+};
+using Db = std::unique_ptr<sqlite3, DbDeleter>;
+
+std::string describe_rc(sqlite3* db, int rc) {
+  const int primary = rc & 0xff;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
+    return "database is locked by another connection (busy timeout expired)";
+  }
+  if (primary == SQLITE_NOTADB) return "file is not a SQLite database";
+  if (db != nullptr && sqlite3_errcode(db) == rc) return sqlite3_errmsg(db);
+  return sqlite3_errstr(rc);
+}
+
+Error catalog_error(const std::filesystem::path& path, std::string_view what, sqlite3* db, int rc) {
+  return Error{ErrorCode::kCatalog,
+               "catalog " + path.string() + ": " + std::string(what) + ": " + describe_rc(db, rc)};
+}
+
+std::string version_text(std::uint64_t version) { return std::to_string(version); }
+
+}  // namespace
+
+struct SqliteCatalog::State {
+  std::filesystem::path path;
+  CatalogOpenOptions options;
+  Db db;
+  std::mutex mutex;
+  Stmt exists;
+  Stmt live;
+  Stmt insert;
+  Stmt close;
+  Stmt latest;
+  Stmt version;
+
+  Error error(std::string_view what, int rc) const { return catalog_error(path, what, db.get(), rc); }
+
+  Result<Stmt> prepare(const char* sql) {
+    sqlite3_stmt* stmt = nullptr;
+    const int rc = sqlite3_prepare_v3(db.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) return std::unexpected(error("preparing a statement", rc));
+    return Stmt(stmt);
+  }
+
+  Result<void> exec(const char* sql, std::string_view what) {
+    const int rc = sqlite3_exec(db.get(), sql, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return std::unexpected(error(what, rc));
+    return {};
+  }
+
+  // Ends a transaction opened by a caller that failed; errors are moot then.
+  void rollback() noexcept {
+    if (sqlite3_get_autocommit(db.get()) == 0) {
+      sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+  }
+
+  Result<std::uint64_t> latest_version() {
+    sqlite3_stmt* stmt = latest.get();
+    sqlite3_reset(stmt);
+    const int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW) return std::unexpected(error("reading the latest version", rc));
+    const auto value = static_cast<std::uint64_t>(sqlite3_column_int64(stmt, 0));
+    sqlite3_reset(stmt);
+    return value;
+  }
+
+  // One point lookup with the prepared statement (inside the caller's
+  // transaction, if any).
+  Result<bool> lookup(sqlite3_stmt* stmt, const Digest& digest, std::uint64_t version) {
+    sqlite3_reset(stmt);
+    sqlite3_bind_blob(stmt, 1, digest.bytes.data(), Digest::kSize, SQLITE_STATIC);
+    if (sqlite3_bind_parameter_count(stmt) >= 2) {
+      sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(version));
+    }
+    const int rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return std::unexpected(error("looking up " + digest.hex(), rc));
+  }
+
+  // The body of add/remove: one write transaction, one new version.
+  Result<CatalogChange> change(bool adding, const std::function<Result<std::size_t>(std::span<Digest>)>& next) {
+    if (options.read_only) {
+      return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": opened read-only");
+    }
+    const std::string_view op = adding ? "add" : "remove";
+    // IMMEDIATE takes the write lock now, so a competing writer is reported
+    // before any input is read.
+    if (auto begun = exec("BEGIN IMMEDIATE", "starting a write transaction"); !begun) return std::unexpected(begun.error());
+    auto result = [&]() -> Result<CatalogChange> {
+      auto latest_now = latest_version();
+      if (!latest_now) return std::unexpected(latest_now.error());
+      CatalogChange change;
+      change.version = *latest_now + 1;
+      std::vector<Digest> chunk(kChunk);
+      for (;;) {
+        auto count = next(chunk);
+        if (!count) return std::unexpected(count.error());
+        if (*count == 0) break;
+        std::span<Digest> part(chunk.data(), *count);
+        std::ranges::sort(part);  // B-tree order: fewer page visits
+        for (const Digest& digest : part) {
+          ++change.requested;
+          if (adding) {
+            auto present = lookup(live.get(), digest, 0);
+            if (!present) return std::unexpected(present.error());
+            if (*present) {
+              ++change.unchanged;
+              continue;
+            }
+            sqlite3_stmt* stmt = insert.get();
+            sqlite3_reset(stmt);
+            sqlite3_bind_blob(stmt, 1, digest.bytes.data(), Digest::kSize, SQLITE_STATIC);
+            sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(change.version));
+            const int rc = sqlite3_step(stmt);
+            sqlite3_reset(stmt);
+            if (rc != SQLITE_DONE) return std::unexpected(error("adding " + digest.hex(), rc));
+            ++change.changed;
+          } else {
+            sqlite3_stmt* stmt = close.get();
+            sqlite3_reset(stmt);
+            sqlite3_bind_blob(stmt, 1, digest.bytes.data(), Digest::kSize, SQLITE_STATIC);
+            sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(change.version));
+            const int rc = sqlite3_step(stmt);
+            sqlite3_reset(stmt);
+            if (rc != SQLITE_DONE) return std::unexpected(error("removing " + digest.hex(), rc));
+            if (sqlite3_changes(db.get()) > 0) {
+              ++change.changed;
+            } else {
+              ++change.unchanged;
+            }
+          }
+        }
+      }
+      sqlite3_stmt* stmt = version.get();
+      sqlite3_reset(stmt);
+      sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(change.version));
+      sqlite3_bind_text(stmt, 2, op.data(), static_cast<int>(op.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(stmt, 3, adding ? static_cast<sqlite3_int64>(change.changed) : 0);
+      sqlite3_bind_int64(stmt, 4, adding ? 0 : static_cast<sqlite3_int64>(change.changed));
+      const int rc = sqlite3_step(stmt);
+      sqlite3_reset(stmt);
+      if (rc != SQLITE_DONE) return std::unexpected(error("recording version " + version_text(change.version), rc));
+      if (auto done = exec("COMMIT", "committing version " + version_text(change.version)); !done) {
+        return std::unexpected(done.error());
+      }
+      return change;
+    }();
+    if (!result) rollback();
+    return result;
+  }
+};
+
+SqliteCatalog::SqliteCatalog(std::unique_ptr<State> state) : state_(std::move(state)) {}
+SqliteCatalog::SqliteCatalog(SqliteCatalog&&) noexcept = default;
+SqliteCatalog& SqliteCatalog::operator=(SqliteCatalog&&) noexcept = default;
+SqliteCatalog::~SqliteCatalog() = default;
+
+const std::filesystem::path& SqliteCatalog::path() const noexcept { return state_->path; }
+
+Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    return fail(ErrorCode::kCatalog,
+                "catalog " + path.string() + ": already exists; it is never overwritten");
+  }
+  // Build the catalog under a temporary name, then link it into place: a
+  // failed init leaves no half-made catalog, and an existing file is never
+  // replaced (link fails if the name exists).
+  static std::atomic<unsigned> counter{0};
+  std::filesystem::path temp = path;
+  temp += ".init-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  {
+    sqlite3* raw = nullptr;
+    const int rc = sqlite3_open_v2(temp.c_str(), &raw,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                   nullptr);
+    Db db(raw);
+    if (rc != SQLITE_OK) {
+      std::filesystem::remove(temp, ec);
+      return std::unexpected(catalog_error(path, "creating the database", db.get(), rc));
+    }
+    const std::string sql(kCreateSchema);
+    const int exec_rc = sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, nullptr);
+    if (exec_rc != SQLITE_OK) {
+      Error error = catalog_error(path, "creating the schema", db.get(), exec_rc);
+      db.reset();
+      std::filesystem::remove(temp, ec);
+      return std::unexpected(error);
+    }
+  }
+  std::filesystem::create_hard_link(temp, path, ec);
+  std::error_code remove_ec;
+  if (ec) {
+    std::filesystem::remove(temp, remove_ec);
+    if (ec == std::errc::file_exists) {
+      return fail(ErrorCode::kCatalog,
+                  "catalog " + path.string() + ": already exists; it is never overwritten");
+    }
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": cannot create: " + ec.message());
+  }
+  std::filesystem::remove(temp, remove_ec);
+  return open(path);
+}
+
+Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
+                                          const CatalogOpenOptions& options) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                         ": no such file (create one with `abf catalog init`)");
+  }
+  if (std::filesystem::is_directory(status)) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": is a directory");
+  }
+  auto state = std::make_unique<State>();
+  state->path = path;
+  state->options = options;
+  {
+    sqlite3* raw = nullptr;
+    const int flags = (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
+                      SQLITE_OPEN_NOMUTEX;
+    const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+    state->db.reset(raw);
+    if (rc != SQLITE_OK) return std::unexpected(state->error("opening", rc));
+  }
+  sqlite3* db = state->db.get();
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, options.busy_timeout_ms);
+  const std::string cache = "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
+  if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok) return std::unexpected(ok.error());
+
+  // Is it an abf catalog, and of our schema version? Reading the header
+  // also reports "not a database" and "locked" here, at open.
+  {
+    auto stmt = state->prepare("PRAGMA application_id");
+    if (!stmt) return std::unexpected(stmt.error());
+    const int rc = sqlite3_step(stmt->get());
+    if (rc != SQLITE_ROW) return std::unexpected(state->error("reading the header", rc));
+    const auto id = sqlite3_column_int64(stmt->get(), 0);
+    if (id != kApplicationId) {
+      return fail(ErrorCode::kCatalog,
+                  "catalog " + path.string() +
+                      ": a SQLite database, but not an abf catalog (application_id " +
+                      std::to_string(id) + ", expected " + std::to_string(kApplicationId) + ")");
+    }
+  }
+  {
+    sqlite3_stmt* raw = nullptr;
+    const int rc = sqlite3_prepare_v2(db, "SELECT version FROM abf_schema", -1, &raw, nullptr);
+    Stmt stmt(raw);
+    if (rc != SQLITE_OK) {
+      if ((rc & 0xff) == SQLITE_ERROR) {
+        return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                             ": not an abf catalog (no abf_schema table)");
+      }
+      return std::unexpected(state->error("reading the schema version", rc));
+    }
+    const int step = sqlite3_step(stmt.get());
+    if (step != SQLITE_ROW) {
+      if (step == SQLITE_DONE) {
+        return fail(ErrorCode::kCatalog,
+                    "catalog " + path.string() + ": not an abf catalog (empty abf_schema table)");
+      }
+      return std::unexpected(state->error("reading the schema version", step));
+    }
+    const auto schema = sqlite3_column_int64(stmt.get(), 0);
+    if (schema != kCatalogSchemaVersion) {
+      return fail(ErrorCode::kCatalog,
+                  "catalog " + path.string() + ": schema version " + std::to_string(schema) +
+                      ", but this abf reads schema version " +
+                      std::to_string(kCatalogSchemaVersion));
+    }
+  }
+  for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 6>{{
+           {&State::exists, kExistsSql},
+           {&State::live, kLiveSql},
+           {&State::insert, kInsertSql},
+           {&State::close, kCloseSql},
+           {&State::latest, kLatestSql},
+           {&State::version, kVersionSql},
+       }}) {
+    auto stmt = state->prepare(sql);
+    if (!stmt) return std::unexpected(stmt.error());
+    (*state).*slot = std::move(*stmt);
+  }
+  return SqliteCatalog(std::move(state));
+}
+
+Result<CatalogChange> SqliteCatalog::add(std::span<const Digest> digests) {
+  const std::lock_guard lock(state_->mutex);
+  std::size_t offset = 0;
+  return state_->change(true, [&](std::span<Digest> out) -> Result<std::size_t> {
+    const std::size_t n = std::min(out.size(), digests.size() - offset);
+    std::copy_n(digests.begin() + static_cast<std::ptrdiff_t>(offset), n, out.begin());
+    offset += n;
+    return n;
+  });
+}
+
+Result<CatalogChange> SqliteCatalog::add(DigestReader& input) {
+  const std::lock_guard lock(state_->mutex);
+  return state_->change(true, [&](std::span<Digest> out) { return input.read(out); });
+}
+
+Result<CatalogChange> SqliteCatalog::remove(std::span<const Digest> digests) {
+  const std::lock_guard lock(state_->mutex);
+  std::size_t offset = 0;
+  return state_->change(false, [&](std::span<Digest> out) -> Result<std::size_t> {
+    const std::size_t n = std::min(out.size(), digests.size() - offset);
+    std::copy_n(digests.begin() + static_cast<std::ptrdiff_t>(offset), n, out.begin());
+    offset += n;
+    return n;
+  });
+}
+
+Result<CatalogChange> SqliteCatalog::remove(DigestReader& input) {
+  const std::lock_guard lock(state_->mutex);
+  return state_->change(false, [&](std::span<Digest> out) { return input.read(out); });
+}
+
+Result<bool> SqliteCatalog::exists_at_version(const Digest& digest, std::uint64_t catalog_version) {
+  const std::lock_guard lock(state_->mutex);
+  return state_->lookup(state_->exists.get(), digest, catalog_version);
+}
+
+Result<void> SqliteCatalog::exists_at_version(std::span<const Digest> digests,
+                                              std::uint64_t catalog_version,
+                                              std::span<bool> exists) {
+  if (exists.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "catalog " + state_->path.string() + ": answer span holds " +
+                    std::to_string(exists.size()) + " entries for " +
+                    std::to_string(digests.size()) + " digests");
+  }
+  if (digests.empty()) return {};
+  std::vector<std::uint32_t> order;
+  if (digests.size() >= kSortThreshold) {
+    order.resize(digests.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::ranges::sort(order, [&](std::uint32_t a, std::uint32_t b) {
+      return digests[a].bytes < digests[b].bytes;
+    });
+  }
+  const std::lock_guard lock(state_->mutex);
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  for (std::size_t j = 0; j < digests.size(); ++j) {
+    const std::size_t i = order.empty() ? j : order[j];
+    auto found = state_->lookup(state_->exists.get(), digests[i], catalog_version);
+    if (!found) {
+      state_->rollback();
+      return std::unexpected(found.error());
+    }
+    exists[i] = *found;
+  }
+  if (auto done = state_->exec("COMMIT", "ending a read transaction"); !done) {
+    state_->rollback();
+    return std::unexpected(done.error());
+  }
+  return {};
+}
+
+Result<std::uint64_t> SqliteCatalog::latest_version() {
+  const std::lock_guard lock(state_->mutex);
+  return state_->latest_version();
+}
+
+Result<void> SqliteCatalog::for_each_digest_at_version(
+    std::uint64_t catalog_version, const std::function<Result<void>(std::span<const Digest>)>& sink,
+    std::size_t chunk_size) {
+  if (chunk_size == 0) chunk_size = kChunk;
+  const std::lock_guard lock(state_->mutex);
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  auto result = [&]() -> Result<void> {
+    auto latest = state_->latest_version();
+    if (!latest) return std::unexpected(latest.error());
+    if (catalog_version > *latest) {
+      return fail(ErrorCode::kInvalidArgument,
+                  "catalog " + state_->path.string() + ": version " + version_text(catalog_version) +
+                      " does not exist (latest is " + version_text(*latest) + ")");
+    }
+    auto stmt = state_->prepare(kWalkSql);
+    if (!stmt) return std::unexpected(stmt.error());
+    sqlite3_bind_int64(stmt->get(), 1, static_cast<sqlite3_int64>(catalog_version));
+    std::vector<Digest> chunk;
+    chunk.reserve(chunk_size);
+    for (;;) {
+      const int rc = sqlite3_step(stmt->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return std::unexpected(state_->error("reading digests", rc));
+      const void* blob = sqlite3_column_blob(stmt->get(), 0);
+      if (blob == nullptr || sqlite3_column_bytes(stmt->get(), 0) != static_cast<int>(Digest::kSize)) {
+        return fail(ErrorCode::kCatalog,
+                    "catalog " + state_->path.string() + ": a stored digest is not 32 bytes");
+      }
+      Digest digest;
+      std::memcpy(digest.bytes.data(), blob, Digest::kSize);
+      chunk.push_back(digest);
+      if (chunk.size() == chunk_size) {
+        if (auto ok = sink(chunk); !ok) return ok;
+        chunk.clear();
+      }
+    }
+    if (!chunk.empty()) {
+      if (auto ok = sink(chunk); !ok) return ok;
+    }
+    return {};
+  }();
+  if (!result) {
+    state_->rollback();
+    return result;
+  }
+  if (auto done = state_->exec("COMMIT", "ending a read transaction"); !done) {
+    state_->rollback();
+    return done;
+  }
+  return {};
+}
+
+Result<std::uint64_t> SqliteCatalog::count_at_version(std::uint64_t catalog_version) {
+  const std::lock_guard lock(state_->mutex);
+  auto latest = state_->latest_version();
+  if (!latest) return std::unexpected(latest.error());
+  if (catalog_version > *latest) {
+    return fail(ErrorCode::kInvalidArgument,
+                "catalog " + state_->path.string() + ": version " + version_text(catalog_version) +
+                    " does not exist (latest is " + version_text(*latest) + ")");
+  }
+  auto stmt = state_->prepare(kCountSql);
+  if (!stmt) return std::unexpected(stmt.error());
+  sqlite3_bind_int64(stmt->get(), 1, static_cast<sqlite3_int64>(catalog_version));
+  const int rc = sqlite3_step(stmt->get());
+  if (rc != SQLITE_ROW) return std::unexpected(state_->error("counting digests", rc));
+  return static_cast<std::uint64_t>(sqlite3_column_int64(stmt->get(), 0));
+}
+
+Result<CatalogStats> SqliteCatalog::stats() {
+  const std::lock_guard lock(state_->mutex);
+  CatalogStats stats;
+  stats.schema_version = kCatalogSchemaVersion;
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  const auto scalar = [&](const char* sql) -> Result<std::uint64_t> {
+    auto stmt = state_->prepare(sql);
+    if (!stmt) return std::unexpected(stmt.error());
+    const int rc = sqlite3_step(stmt->get());
+    if (rc != SQLITE_ROW) return std::unexpected(state_->error("reading statistics", rc));
+    return static_cast<std::uint64_t>(sqlite3_column_int64(stmt->get(), 0));
+  };
+  auto result = [&]() -> Result<void> {
+    const std::pair<std::uint64_t*, const char*> queries[] = {
+        {&stats.latest_version, kLatestSql},
+        {&stats.version_count, "SELECT COUNT(*) FROM versions"},
+        {&stats.live_artifacts, "SELECT COUNT(*) FROM artifacts WHERE removed_version IS NULL"},
+        {&stats.artifact_rows, "SELECT COUNT(*) FROM artifacts"},
+        {&stats.removed_rows, "SELECT COUNT(*) FROM artifacts WHERE removed_version IS NOT NULL"},
+    };
+    for (const auto& [field, sql] : queries) {
+      auto value = scalar(sql);
+      if (!value) return std::unexpected(value.error());
+      *field = *value;
+    }
+    return {};
+  }();
+  state_->rollback();
+  if (!result) return std::unexpected(result.error());
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(state_->path, ec);
+  stats.file_bytes = ec ? 0 : size;
+  return stats;
+}
+
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, Backend backend) {
+  auto builder = FilterBuilder::create(spec, catalog_version);
+  if (!builder) return std::unexpected(builder.error());
+  auto count = catalog.count_at_version(catalog_version);
+  if (!count) return std::unexpected(count.error());
+  if (*count > spec.expected_item_count) {
+    return fail(ErrorCode::kCapacityExceeded,
+                "catalog " + catalog.path().string() + " holds " + std::to_string(*count) +
+                    " digests at version " + version_text(catalog_version) +
+                    ", more than the expected item count " +
+                    std::to_string(spec.expected_item_count));
+  }
+  auto walked = catalog.for_each_digest_at_version(
+      catalog_version, [&](std::span<const Digest> chunk) { return builder->add(chunk, backend); });
+  if (!walked) return std::unexpected(walked.error());
+  return std::move(*builder).finish();
+}
+
+}  // namespace abf::service
