@@ -1,33 +1,271 @@
 // Parallel batch query and build with oneTBB.
+//
+// The build runs one shard body, insert_shard, both serially and from
+// tbb::parallel_for; the shards' bits meet in one bitset through an atomic
+// OR. OR is commutative and idempotent, so the bitset cannot depend on the
+// split, the thread count or the input order; parallel_test.cc proves it
+// word for word against the scalar reference.
 #include "parallel.hpp"
 
 #include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "abf/probe.hpp"
 
 namespace abf::detail {
 
 namespace {
+
 // Below this many digests a batch runs on the calling thread: a task costs
 // about a microsecond to spawn, ~100 absent probes' worth at L2.
 constexpr std::size_t kQueryGrain = 16 * 1024;
+// Build shards: big enough that a task's spawn cost vanishes (~1 us against
+// ~100 us of probes), small enough that 2 x cores shards balance a 1 M chunk.
+constexpr std::size_t kInsertGrain = 8 * 1024;
+
+// Digests whose probe indices are computed (and their words prefetched) one
+// block ahead of the block whose bits are being set. 8 digests x k = 7..10
+// probes keeps ~60-80 lines in flight: enough to cover a DRAM miss at the
+// rate the atomic ORs retire, few enough not to evict each other from L1.
+constexpr std::size_t kBlock = 8;
+
+struct ProbeBlock {
+  std::uint32_t bits[kBlock * probe::kMaxHashCount];
+  std::size_t count = 0;
+};
+
+// Computes the k bit indices of up to kBlock digests and prefetches their
+// words for writing. m <= 2^30, so an index fits 32 bits.
+inline void compute_block(const probe::Reducer& reducer, std::uint32_t hash_count,
+                          std::uint64_t* words, const Digest* digests, std::size_t n,
+                          ProbeBlock& block) noexcept {
+  const std::uint64_t m = reducer.m;
+  std::size_t e = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::uint8_t* d = digests[b].bytes.data();
+    std::uint64_t i = reducer.reduce(probe::h1_of(d));
+    const std::uint64_t step = reducer.reduce(probe::h2_of(d) | 1);
+    for (std::uint32_t j = 0; j < hash_count; ++j) {
+      block.bits[e++] = static_cast<std::uint32_t>(i);
+      __builtin_prefetch(words + probe::word_of(i), 1, 3);
+      i = probe::advance(i, step, m);
+    }
+  }
+  block.count = e;
+}
+
+template <bool kAtomic>
+inline void apply_block(std::uint64_t* words, const ProbeBlock& block) noexcept {
+  for (std::size_t e = 0; e < block.count; ++e) {
+    const std::uint64_t i = block.bits[e];
+    if constexpr (kAtomic) {
+      // Relaxed is enough: nothing reads the bitset until the parallel_for
+      // has joined, and the join orders every OR before the reads.
+      std::atomic_ref<std::uint64_t>(words[probe::word_of(i)])
+          .fetch_or(probe::mask_of(i), std::memory_order_relaxed);
+    } else {
+      words[probe::word_of(i)] |= probe::mask_of(i);
+    }
+  }
+}
+
+// The shard body: inserts `count` digests, software-pipelined one block deep.
+template <bool kAtomic>
+void insert_shard(const probe::Reducer& reducer, std::uint32_t hash_count, std::uint64_t* words,
+                  const Digest* digests, std::size_t count) noexcept {
+  ProbeBlock blocks[2];
+  std::size_t done = std::min(count, kBlock);
+  compute_block(reducer, hash_count, words, digests, done, blocks[0]);
+  int current = 0;
+  while (done < count) {
+    const std::size_t n = std::min(count - done, kBlock);
+    compute_block(reducer, hash_count, words, digests + done, n, blocks[current ^ 1]);
+    apply_block<kAtomic>(words, blocks[current]);
+    current ^= 1;
+    done += n;
+  }
+  apply_block<kAtomic>(words, blocks[current]);
+}
+
+void insert_atomic_or(std::size_t grain, std::uint64_t* words, std::uint64_t bit_count,
+                      std::uint32_t hash_count, const Digest* digests, std::size_t count) {
+  const probe::Reducer reducer(bit_count);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      insert_shard<true>(reducer, hash_count, words, digests + range.begin(),
+                                         range.size());
+                    });
+}
+
+void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* words,
+                          std::uint64_t bit_count, std::uint32_t hash_count,
+                          const Digest* digests, std::size_t count) {
+  const std::size_t word_count = bit_count / 64;
+  // The first thread to start writes straight into `words`; every other one
+  // gets a private zeroed bitset.
+  std::atomic<bool> claimed{false};
+  struct Local {
+    std::uint64_t* bits;
+    std::shared_ptr<std::uint64_t> owned;
+  };
+  tbb::enumerable_thread_specific<Local> local([&] {
+    if (!claimed.exchange(true)) return Local{words, nullptr};
+    auto owned = allocate_words(word_count);
+    return Local{owned.get(), std::move(owned)};
+  });
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      engine(local.local().bits, bit_count, hash_count, digests + range.begin(),
+                             range.size());
+                    });
+  // OR-reduce by word range: each task reads every private copy of its range.
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, word_count, 4096),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      for (const auto& copy : local) {
+                        if (copy.owned == nullptr) continue;
+                        const std::uint64_t* src = copy.bits;
+                        for (std::size_t w = range.begin(); w < range.end(); ++w) {
+                          words[w] |= src[w];
+                        }
+                      }
+                    });
+}
+
+// Word-range partitioning. The bitset is cut into ranges of 2^shift bits,
+// one owner each. A parallel counting sort buckets the probe indices by
+// range (pass 1 counts, pass 2 recomputes and scatters: recomputing two
+// reductions per digest is cheaper than writing and rereading k indices),
+// then each range's owner sets its bits with plain ORs, its range resident
+// in cache (pass 3). Sub-batches bound the memory.
+constexpr std::size_t kMaxBucketedProbes = std::size_t{4} << 20;  // 16 MiB of indices
+constexpr unsigned kRangeShiftMax = 25;  // ranges of at most 4 MiB: two fit the LLC
+constexpr unsigned kRangeShiftMin = 15;  // and at least 4 KiB
+
+template <class Sink>
+inline void for_each_probe(const probe::Reducer& reducer, std::uint32_t hash_count,
+                           const Digest* digests, std::size_t count, Sink&& sink) {
+  const std::uint64_t m = reducer.m;
+  for (std::size_t d = 0; d < count; ++d) {
+    const std::uint8_t* bytes = digests[d].bytes.data();
+    std::uint64_t i = reducer.reduce(probe::h1_of(bytes));
+    const std::uint64_t step = reducer.reduce(probe::h2_of(bytes) | 1);
+    for (std::uint32_t j = 0; j < hash_count; ++j) {
+      sink(static_cast<std::uint32_t>(i));
+      i = probe::advance(i, step, m);
+    }
+  }
+}
+
+void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bit_count,
+                       std::uint32_t hash_count, const Digest* digests, std::size_t count) {
+  const probe::Reducer reducer(bit_count);
+  // At least 4 ranges per thread, so owners balance.
+  const auto threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
+  unsigned shift = kRangeShiftMax;
+  while (shift > kRangeShiftMin && (bit_count >> shift) < 4 * threads) --shift;
+  const std::size_t ranges = static_cast<std::size_t>((bit_count + (1ull << shift) - 1) >> shift);
+
+  const std::size_t batch = std::max<std::size_t>(1, kMaxBucketedProbes / hash_count);
+  std::vector<std::uint32_t> sorted(std::min(batch, count) * hash_count);
+  std::vector<std::size_t> cursors;
+  std::vector<std::size_t> range_begin(ranges + 1);
+  for (std::size_t first = 0; first < count; first += batch) {
+    const std::size_t n = std::min(batch, count - first);
+    const Digest* chunk = digests + first;
+    const std::size_t shards = (n + grain - 1) / grain;
+    cursors.assign(shards * ranges, 0);
+    const auto shard_span = [&](std::size_t s) {
+      return std::pair{chunk + s * grain, std::min(grain, n - s * grain)};
+    };
+    // 1: count the probes of each (shard, range).
+    tbb::parallel_for(std::size_t{0}, shards, [&](std::size_t s) {
+      std::size_t* counts = cursors.data() + s * ranges;
+      const auto [begin, size] = shard_span(s);
+      for_each_probe(reducer, hash_count, begin, size,
+                     [&](std::uint32_t i) { ++counts[i >> shift]; });
+    });
+    // Offsets, range-major, so that each range's indices are contiguous.
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < ranges; ++r) {
+      range_begin[r] = offset;
+      for (std::size_t s = 0; s < shards; ++s) {
+        const std::size_t c = cursors[s * ranges + r];
+        cursors[s * ranges + r] = offset;
+        offset += c;
+      }
+    }
+    range_begin[ranges] = offset;
+    // 2: scatter; every shard writes its own slots.
+    tbb::parallel_for(std::size_t{0}, shards, [&](std::size_t s) {
+      std::size_t* cursor = cursors.data() + s * ranges;
+      const auto [begin, size] = shard_span(s);
+      for_each_probe(reducer, hash_count, begin, size,
+                     [&](std::uint32_t i) { sorted[cursor[i >> shift]++] = i; });
+    });
+    // 3: each range's owner ORs its bits; no two tasks share a word.
+    tbb::parallel_for(std::size_t{0}, ranges, [&](std::size_t r) {
+      for (std::size_t e = range_begin[r]; e < range_begin[r + 1]; ++e) {
+        const std::uint32_t i = sorted[e];
+        words[probe::word_of(i)] |= probe::mask_of(i);
+      }
+    });
+  }
+}
+
 }  // namespace
 
-void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest* digests,
-                    std::size_t count, Answer* answers) {
-  if (count <= kQueryGrain) {
+void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
+                    const Digest* digests, std::size_t count, Answer* answers) {
+  const std::size_t grain = options.grain != 0 ? options.grain : kQueryGrain;
+  if (!options.force_split &&
+      (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
     engine(view, digests, count, answers);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, kQueryGrain),
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
                     [&](const tbb::blocked_range<std::size_t>& range) {
                       engine(view, digests + range.begin(), range.size(), answers + range.begin());
                     });
 }
 
+void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest* digests,
+                    std::size_t count, Answer* answers) {
+  parallel_query(ParallelOptions{}, engine, view, digests, count, answers);
+}
+
+void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint64_t* words,
+                     std::uint64_t bit_count, std::uint32_t hash_count, const Digest* digests,
+                     std::size_t count) {
+  const std::size_t grain = options.grain != 0 ? options.grain : kInsertGrain;
+  if (count == 0) return;
+  if (!options.force_split &&
+      (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
+    engine(words, bit_count, hash_count, digests, count);
+    return;
+  }
+  switch (options.strategy) {
+    case MergeStrategy::kAtomicOr:
+      insert_atomic_or(grain, words, bit_count, hash_count, digests, count);
+      return;
+    case MergeStrategy::kShardBitsets:
+      insert_shard_bitsets(engine, grain, words, bit_count, hash_count, digests, count);
+      return;
+    case MergeStrategy::kWordRange:
+      insert_word_range(grain, words, bit_count, hash_count, digests, count);
+      return;
+  }
+}
+
 void parallel_insert(InsertFn engine, std::uint64_t* words, std::uint64_t bit_count,
                      std::uint32_t hash_count, const Digest* digests, std::size_t count) {
-  // Serial for now; the sharded build replaces this.
-  engine(words, bit_count, hash_count, digests, count);
+  parallel_insert(ParallelOptions{}, engine, words, bit_count, hash_count, digests, count);
 }
 
 }  // namespace abf::detail

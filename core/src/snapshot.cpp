@@ -297,12 +297,27 @@ Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
   return Filter::from_words(info_of(*header), std::move(words), word_count);
 }
 
+SnapshotHeader snapshot_header(const Filter& filter) {
+  const auto bytes = encode_snapshot_header(filter);
+  SnapshotHeader h;
+  h.format_version = kSnapshotFormatVersion;
+  h.hash_protocol_version = probe::kHashProtocolVersion;
+  h.hash_count = filter.hash_count();
+  h.catalog_version = filter.catalog_version();
+  h.bit_count = filter.bit_count();
+  h.expected_item_count = filter.expected_item_count();
+  h.inserted_item_count = filter.inserted_item_count();
+  h.target_fpp = filter.target_fpp();
+  h.payload_length = filter.bit_count() / 8;
+  h.payload_checksum = load_le<std::uint64_t>(bytes.data() + 64);
+  h.header_checksum = load_le<std::uint64_t>(bytes.data() + 72);
+  return h;
+}
+
 Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
   auto filter = load_snapshot(path, LoadMode::kAuto);
   if (!filter) return std::unexpected(filter.error());
-  std::vector<std::uint8_t> header = encode_snapshot_header(*filter);
-  return validate_header(header.data(), kSnapshotHeaderSize + filter->bit_count() / 8,
-                         path.string());
+  return snapshot_header(*filter);
 }
 
 }  // namespace abf

@@ -15,6 +15,7 @@
 #include "abf/filter.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
+#include "abf/merge.hpp"
 #include "abf/probe.hpp"
 #include "abf/snapshot.hpp"
 #include "abf/version.hpp"

@@ -75,7 +75,7 @@ struct Reducer {
   std::uint64_t c_hi = 0;  // c = c_hi * 2^64 + c_lo = floor((2^128 - 1) / m) + 1
   std::uint64_t c_lo = 0;
 
-  ABF_HD constexpr Reducer() = default;
+  constexpr Reducer() = default;
   ABF_HD constexpr explicit Reducer(std::uint64_t divisor) : m(divisor) {
     // floor((2^128 - 1) / m) by long division in two 64-bit halves.
     const std::uint64_t all = ~std::uint64_t{0};

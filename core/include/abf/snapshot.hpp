@@ -37,6 +37,9 @@ enum class LoadMode {
   kMap,   // mmap the file read-only; the Filter keeps the mapping alive
 };
 
+// The header a snapshot of `filter` has, checksums computed.
+SnapshotHeader snapshot_header(const Filter& filter);
+
 // The 128 header bytes for a filter, checksums filled in.
 std::vector<std::uint8_t> encode_snapshot_header(const Filter& filter);
 

@@ -1,0 +1,106 @@
+// abf build: stream digests into a filter and save it as an ABF1 snapshot.
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "abf/abf.hpp"
+#include "command.hpp"
+#include "common.hpp"
+
+namespace abf::cli {
+namespace {
+
+struct BuildOptions {
+  std::uint64_t expected_items = 0;
+  double fpp = 0.0;
+  std::uint64_t catalog_version = 0;
+  std::string input = "-";
+  std::string input_format = "hex";
+  std::string output;
+  std::string backend = "auto";
+  unsigned threads = 0;
+};
+
+// Digests per chunk: 2 MiB of records, so memory stays the filter plus a
+// fixed buffer whatever the input size.
+constexpr std::size_t kChunk = 64 * 1024;
+
+int run_build(const BuildOptions& options) {
+  apply_threads(options.threads);
+  auto format = parse_input_format(options.input_format);
+  if (!format) return report("build", format.error());
+  auto backend = parse_backend(options.backend);
+  if (!backend) return report("build", backend.error());
+
+  const BloomSpec spec{options.expected_items, options.fpp};
+  auto builder = FilterBuilder::create(spec, options.catalog_version);
+  if (!builder) return report("build", builder.error());
+  auto reader = DigestReader::open(options.input, *format);
+  if (!reader) return report("build", reader.error());
+
+  std::vector<Digest> chunk(kChunk);
+  Progress progress("building", reader->size_hint(), "bytes");
+  while (true) {
+    auto got = reader->read(chunk);
+    if (!got) return report("build", got.error());
+    if (*got == 0) break;
+    if (auto added = builder->add(std::span(chunk.data(), *got), *backend); !added) {
+      Error error = added.error();
+      if (error.code == ErrorCode::kCapacityExceeded) {
+        error.message = reader->source_name() + ": more than --expected-items " +
+                        std::to_string(options.expected_items) + " digests (detected after " +
+                        std::to_string(builder->inserted_item_count()) +
+                        " were added); rebuild with a larger --expected-items";
+      }
+      return report("build", error);
+    }
+    progress.update(reader->bytes_read());
+  }
+
+  const Filter filter = std::move(*builder).finish();
+  if (auto saved = save_snapshot(filter, options.output); !saved) {
+    return report("build", saved.error());
+  }
+  std::cout << "wrote " << options.output << ": " << with_commas(filter.inserted_item_count())
+            << " digests, m = " << with_commas(filter.bit_count())
+            << " bits, k = " << filter.hash_count() << ", fill " << filter.fill_ratio()
+            << ", estimated false-positive rate " << filter.estimate_false_positive_rate()
+            << ", catalog version " << filter.catalog_version() << '\n';
+  return kExitOk;
+}
+
+Command add_build_command(CLI::App& root) {
+  auto options = std::make_shared<BuildOptions>();
+  CLI::App* app = root.add_subcommand(
+      "build", "Build a filter from digests and save it as an ABF1 snapshot");
+  app->footer(
+      "Input streams in chunks, so memory stays the filter plus a fixed buffer; more digests\n"
+      "than --expected-items is an error (capacity_exceeded), never a silent overfill.\n"
+      "Examples:\n"
+      "  abf digest blobs/* | abf build -n 1000000 -p 0.001 --output catalog.abf\n"
+      "  abf build -n 100000000 -p 0.01 -f bin --input digests.bin --output big.abf --threads 8");
+  app->add_option("--expected-items,-n", options->expected_items,
+                  "Design capacity n (1..2^30); more digests than this is an error")
+      ->required();
+  app->add_option("--fpp,-p", options->fpp, "Target false-positive rate p, 0 < p < 1 (e.g. 0.001)")
+      ->required();
+  app->add_option("--catalog-version", options->catalog_version,
+                  "Catalog version recorded in the snapshot (default 0)");
+  app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
+  app->add_option("--input-format,-f", options->input_format,
+                  "hex: one digest per line (bare, sha256:<hex> or sha256sum lines);\n"
+                  "bin: 32-byte records (default hex)")
+      ->check(CLI::IsMember({"hex", "bin"}));
+  app->add_option("--output,-o", options->output, "Snapshot to write (atomically)")->required();
+  app->add_option("--backend", options->backend, "auto, scalar, simd or cuda (default auto)")
+      ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
+  add_threads_option(*app, options->threads);
+  return {app, [options] { return run_build(*options); }};
+}
+
+}  // namespace
+
+ABF_REGISTER_COMMAND(10, add_build_command);
+
+}  // namespace abf::cli

@@ -1,0 +1,166 @@
+// abf demo: the main job end to end on generated data. Members are
+// SHA-256("member:<i>"), absent candidates SHA-256("non-member:<i>"), the
+// same sets the golden vectors use, so every run prints the same counts.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "abf/abf.hpp"
+#include "command.hpp"
+#include "common.hpp"
+
+namespace abf::cli {
+namespace {
+
+struct DemoOptions {
+  std::uint64_t items = 1'000'000;
+  double fpp = 0.001;
+  std::string output;
+  unsigned threads = 0;
+};
+
+std::vector<Digest> generate(const char* prefix, std::uint64_t count) {
+  std::vector<Digest> digests(count);
+  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, count, 4096),
+                    [&](const tbb::blocked_range<std::uint64_t>& range) {
+                      for (auto i = range.begin(); i != range.end(); ++i) {
+                        digests[i] = sha256(prefix + std::to_string(i));
+                      }
+                    });
+  return digests;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Median seconds of `repetitions` runs of a batch query.
+Result<double> time_query(const Filter& filter, const std::vector<Digest>& digests,
+                          std::vector<Answer>& answers, Backend backend) {
+  std::vector<double> times;
+  for (int repetition = 0; repetition < 3; ++repetition) {
+    const auto start = std::chrono::steady_clock::now();
+    if (auto done = filter.query(digests, answers, backend); !done) {
+      return std::unexpected(done.error());
+    }
+    times.push_back(seconds_since(start));
+  }
+  std::ranges::sort(times);
+  return times[1];
+}
+
+int run_demo(const DemoOptions& options) {
+  const unsigned threads = apply_threads(options.threads);
+  std::printf("abf demo: %s member digests SHA-256(\"member:<i>\"), n = %s, p = %g\n",
+              with_commas(options.items).c_str(), with_commas(options.items).c_str(), options.fpp);
+
+  auto start = std::chrono::steady_clock::now();
+  const auto members = generate("member:", options.items);
+  const auto absent = generate("non-member:", options.items);
+  std::printf("generated           %s members and %s absent candidates in %.2f s\n",
+              with_commas(members.size()).c_str(), with_commas(absent.size()).c_str(),
+              seconds_since(start));
+
+  start = std::chrono::steady_clock::now();
+  auto built = build_filter(members, BloomSpec{options.items, options.fpp}, 0);
+  if (!built) return report("demo", built.error());
+  const double build_seconds = seconds_since(start);
+  std::printf("layout              m = %s bits (%.2f MiB), k = %u\n",
+              with_commas(built->bit_count()).c_str(),
+              static_cast<double>(built->bit_count()) / 8 / 1048576, built->hash_count());
+  std::printf("build               %.3f s, %s digests (%s, %u threads)\n", build_seconds,
+              si_rate(static_cast<double>(members.size()) / build_seconds).c_str(),
+              simd_target_name().c_str(), threads);
+
+  // Save and reload: the queries below run on the validated snapshot.
+  std::filesystem::path path = options.output;
+  std::filesystem::path temp_dir;
+  if (path.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "abf-demo-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return report("demo", Error{ErrorCode::kIo, "cannot create a temporary directory"});
+    }
+    temp_dir = pattern;
+    path = temp_dir / "catalog.abf";
+  }
+  if (auto saved = save_snapshot(*built, path); !saved) return report("demo", saved.error());
+  auto filter = load_snapshot(path);
+  if (!filter) return report("demo", filter.error());
+  std::printf("snapshot            %s, %s bytes, saved atomically and reloaded (checksums verified)%s\n",
+              path.c_str(), with_commas(std::filesystem::file_size(path)).c_str(),
+              temp_dir.empty() ? "" : "; removed at exit");
+  std::printf("fill ratio          %.4f\n", filter->fill_ratio());
+
+  std::vector<Answer> answers(options.items);
+  if (auto done = filter->query(members, answers); !done) return report("demo", done.error());
+  const auto false_negatives = static_cast<std::uint64_t>(
+      std::ranges::count(answers, Answer::kDefinitelyNot));
+  if (auto done = filter->query(absent, answers); !done) return report("demo", done.error());
+  const auto false_positives = static_cast<std::uint64_t>(std::ranges::count(answers, Answer::kMaybe));
+
+  const double probes = static_cast<double>(absent.size());
+  const double observed = static_cast<double>(false_positives) / probes;
+  const double estimated = filter->estimate_false_positive_rate();
+  const double sigma = std::sqrt(estimated * (1 - estimated) / probes);
+  std::printf("false positives     estimated %.6f (model), observed %.6f = %s of %s absent "
+              "queries\n                    (resolution %.0e per query, model +/- %.6f at one sigma)\n",
+              estimated, observed, with_commas(false_positives).c_str(),
+              with_commas(absent.size()).c_str(), 1.0 / probes, sigma);
+  std::printf("false negatives     %s of %s members (must be 0)\n",
+              with_commas(false_negatives).c_str(), with_commas(members.size()).c_str());
+
+  std::printf("query throughput    median of 3, %u threads\n", threads);
+  std::printf("  %-8s %-18s %-18s\n", "backend", "absent", "present");
+  for (const Backend backend : {Backend::kScalar, Backend::kSimd, Backend::kCuda}) {
+    if (!backend_available(backend)) continue;
+    auto absent_time = time_query(*filter, absent, answers, backend);
+    auto present_time = time_query(*filter, members, answers, backend);
+    if (!absent_time || !present_time) {
+      return report("demo", absent_time ? present_time.error() : absent_time.error());
+    }
+    const std::string name = backend == Backend::kSimd
+                                 ? "simd (" + simd_target_name() + ")"
+                                 : std::string(to_string(backend));
+    std::printf("  %-8s %-18s %-18s  %s\n", std::string(to_string(backend)).c_str(),
+                si_rate(probes / *absent_time).c_str(),
+                si_rate(static_cast<double>(members.size()) / *present_time).c_str(), name.c_str());
+  }
+  if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+  if (false_negatives != 0) {
+    return report("demo", Error{ErrorCode::kInvalidArgument,
+                                "false negatives found: the filter is broken"});
+  }
+  return kExitOk;
+}
+
+Command add_demo_command(CLI::App& root) {
+  auto options = std::make_shared<DemoOptions>();
+  CLI::App* app = root.add_subcommand(
+      "demo", "Run the whole job on generated data and print what it measured");
+  app->footer(
+      "1,000,000 member digests, a filter for n = 1,000,000, p = 0.001 saved as an ABF1\n"
+      "snapshot and reloaded, then 1,000,000 absent and 1,000,000 present queries: layout,\n"
+      "fill ratio, estimated and observed false-positive rate, throughput per backend.");
+  app->add_option("--items", options->items, "Members and absent candidates (default 1,000,000)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
+  app->add_option("--fpp", options->fpp, "Target false-positive rate (default 0.001)");
+  app->add_option("--output,-o", options->output,
+                  "Keep the snapshot at this path (default: a temporary file, removed)");
+  add_threads_option(*app, options->threads);
+  return {app, [options] { return run_demo(*options); }};
+}
+
+}  // namespace
+
+ABF_REGISTER_COMMAND(5, add_demo_command);
+
+}  // namespace abf::cli

@@ -1,0 +1,94 @@
+#include "common.hpp"
+
+#include <unistd.h>
+
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace abf::cli {
+
+int report(std::string_view command, const Error& error) {
+  std::cerr << "abf " << command << ": " << error.describe() << '\n';
+  return kExitFailure;
+}
+
+unsigned hardware_threads() {
+  const int cores = tbb::info::default_concurrency();
+  return cores > 0 ? static_cast<unsigned>(cores) : 1;
+}
+
+void add_threads_option(CLI::App& app, unsigned& threads) {
+  app.add_option("--threads", threads, "Worker threads (default: all " +
+                                           std::to_string(hardware_threads()) + " cores)")
+      ->check(CLI::Range(1u, 4096u));
+}
+
+unsigned apply_threads(unsigned threads) {
+  // One process-wide limit, kept alive until exit.
+  static std::unique_ptr<tbb::global_control> control;
+  if (threads == 0) threads = hardware_threads();
+  control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                  threads);
+  return threads;
+}
+
+Progress::Progress(std::string label, std::uint64_t total, std::string unit)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      enabled_(::isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {}
+
+Progress::~Progress() {
+  if (enabled_) std::fprintf(stderr, "\r\033[K");
+}
+
+void Progress::update(std::uint64_t done) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  const double seconds = std::chrono::duration<double>(now - start_).count();
+  if (total_ > 0) {
+    std::fprintf(stderr, "\r\033[K%s: %5.1f%% (%s / %s %s, %.1fs)", label_.c_str(),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total_),
+                 with_commas(done).c_str(), with_commas(total_).c_str(), unit_.c_str(), seconds);
+  } else {
+    std::fprintf(stderr, "\r\033[K%s: %s %s (%.1fs)", label_.c_str(), with_commas(done).c_str(),
+                 unit_.c_str(), seconds);
+  }
+  std::fflush(stderr);
+}
+
+std::string with_commas(std::uint64_t value) {
+  std::string digits = std::to_string(value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string si_rate(double per_second) {
+  char text[32];
+  if (per_second >= 1e9) {
+    std::snprintf(text, sizeof text, "%.2f G/s", per_second / 1e9);
+  } else if (per_second >= 1e6) {
+    std::snprintf(text, sizeof text, "%.2f M/s", per_second / 1e6);
+  } else if (per_second >= 1e3) {
+    std::snprintf(text, sizeof text, "%.2f k/s", per_second / 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.0f /s", per_second);
+  }
+  return text;
+}
+
+}  // namespace abf::cli
