@@ -61,9 +61,9 @@ std::string mismatch(const MergeOptions& options, const Filter& first, const Fil
 Result<Filter> merge_filters(std::span<const Filter> filters, const MergeOptions& options) {
   if (filters.empty()) return fail(ErrorCode::kInvalidArgument, "merge needs at least one filter");
   if (!options.labels.empty() && options.labels.size() != filters.size()) {
-    return fail(ErrorCode::kInvalidArgument,
-                "merge got " + std::to_string(options.labels.size()) + " labels for " +
-                    std::to_string(filters.size()) + " filters");
+    return fail(ErrorCode::kInvalidArgument, "merge got " + std::to_string(options.labels.size()) +
+                                                 " labels for " + std::to_string(filters.size()) +
+                                                 " filters");
   }
   const Filter& first = filters.front();
   std::uint64_t inserted = 0;

@@ -105,8 +105,8 @@ void insert_atomic_or(std::size_t grain, std::uint64_t* words, std::uint64_t bit
 }
 
 void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* words,
-                          std::uint64_t bit_count, std::uint32_t hash_count,
-                          const Digest* digests, std::size_t count) {
+                          std::uint64_t bit_count, std::uint32_t hash_count, const Digest* digests,
+                          std::size_t count) {
   const std::size_t word_count = bit_count / 64;
   // The first thread to start writes straight into `words`; every other one
   // gets a private zeroed bitset.
@@ -224,8 +224,7 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers) {
   const std::size_t grain = options.grain != 0 ? options.grain : kQueryGrain;
-  if (!options.force_split &&
-      (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
+  if (!options.force_split && (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
     engine(view, digests, count, answers);
     return;
   }
@@ -245,8 +244,7 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
                      std::size_t count) {
   const std::size_t grain = options.grain != 0 ? options.grain : kInsertGrain;
   if (count == 0) return;
-  if (!options.force_split &&
-      (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
+  if (!options.force_split && (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
     engine(words, bit_count, hash_count, digests, count);
     return;
   }

@@ -51,8 +51,8 @@ enum class MergeStrategy {
 // Knobs for tests and benchmarks. grain 0 means the default for the call.
 struct ParallelOptions {
   MergeStrategy strategy = MergeStrategy::kAtomicOr;
-  std::size_t grain = 0;      // digests per shard (at least 1)
-  bool force_split = false;   // split even with one thread or a small batch
+  std::size_t grain = 0;     // digests per shard (at least 1)
+  bool force_split = false;  // split even with one thread or a small batch
 };
 
 void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint64_t* words,

@@ -1,0 +1,141 @@
+// The three ways parallel shards can merge their bits (core/src/parallel.hpp),
+// and the parallel query, at one thread and at every core, across filter
+// sizes in L2, LLC and DRAM. docs/parallel.md quotes these numbers.
+//
+//   abf_bench --benchmark_filter='Parallel' --benchmark_min_time=0.5s
+#include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "abf/filter.hpp"
+#include "engines.hpp"
+#include "parallel.hpp"
+
+namespace {
+
+using abf::Digest;
+
+// Filter sizes in bits: 512 KiB (half of one core's L2), 16 MiB (half the
+// LLC), 128 MiB (DRAM).
+constexpr std::int64_t kL2Bits = std::int64_t{1} << 22;
+constexpr std::int64_t kLlcBits = std::int64_t{1} << 27;
+constexpr std::int64_t kDramBits = std::int64_t{1} << 30;
+constexpr std::uint32_t kHashCount = 7;               // the optimum for p = 1%
+constexpr std::size_t kBatch = std::size_t{1} << 21;  // 2 Mi digests, 64 MiB
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+const std::vector<Digest>& digests() {
+  static const std::vector<Digest> all = [] {
+    std::vector<Digest> out(kBatch);
+    std::uint64_t state = 42;
+    for (auto& digest : out) {
+      for (std::size_t i = 0; i < Digest::kSize; i += 8) {
+        const std::uint64_t word = splitmix64(state);
+        std::memcpy(digest.bytes.data() + i, &word, 8);
+      }
+    }
+    return out;
+  }();
+  return all;
+}
+
+std::int64_t hardware_threads() {
+  return static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Runs `body` inside an arena of `threads` threads, as `--threads N` would.
+template <class Body>
+void in_arena(int threads, Body&& body) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                            static_cast<std::size_t>(threads));
+  tbb::task_arena arena(threads);
+  arena.execute(body);
+}
+
+// Args: bits, threads, strategy (-1: the SIMD engine serially).
+void BM_ParallelBuild(benchmark::State& state) {
+  const auto bits = static_cast<std::uint64_t>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto strategy = state.range(2);
+  auto words = abf::allocate_words(bits / 64);
+  const auto& input = digests();
+  in_arena(threads, [&] {
+    for (auto _ : state) {
+      if (strategy < 0) {
+        abf::simd::insert_batch(words.get(), bits, kHashCount, input.data(), input.size());
+      } else {
+        abf::detail::ParallelOptions options;
+        options.strategy = static_cast<abf::detail::MergeStrategy>(strategy);
+        options.force_split = true;
+        abf::detail::parallel_insert(options, abf::simd::insert_batch, words.get(), bits,
+                                     kHashCount, input.data(), input.size());
+      }
+      benchmark::ClobberMemory();
+    }
+  });
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * input.size()));
+  static const char* const kNames[] = {"atomic_or", "shard_bitsets", "word_range"};
+  state.SetLabel(strategy < 0 ? "serial_simd" : kNames[strategy]);
+}
+
+// Args: bits, threads. The filter holds bits / 10 digests (about half full),
+// the queries are the other digests: mostly absent, as in service.
+void BM_ParallelQuery(benchmark::State& state) {
+  const auto bits = static_cast<std::uint64_t>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  auto words = abf::allocate_words(bits / 64);
+  const auto& input = digests();
+  const std::size_t members = std::min<std::size_t>(input.size() / 2, bits / 10);
+  abf::simd::insert_batch(words.get(), bits, kHashCount, input.data(), members);
+  const abf::probe::FilterView view{words.get(), bits, kHashCount};
+  std::vector<abf::Answer> answers(input.size());
+  in_arena(threads, [&] {
+    for (auto _ : state) {
+      abf::detail::parallel_query(abf::simd::query_batch, view, input.data(), input.size(),
+                                  answers.data());
+      benchmark::ClobberMemory();
+    }
+  });
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * input.size()));
+}
+
+void build_args(benchmark::internal::Benchmark* b) {
+  for (const auto bits : {kL2Bits, kLlcBits, kDramBits}) {
+    b->Args({bits, 1, -1});
+    for (std::int64_t threads = 1; threads <= hardware_threads(); threads *= 2) {
+      for (std::int64_t strategy = 0; strategy < 3; ++strategy) b->Args({bits, threads, strategy});
+    }
+  }
+}
+
+void query_args(benchmark::internal::Benchmark* b) {
+  for (const auto bits : {kL2Bits, kLlcBits, kDramBits}) {
+    for (std::int64_t threads = 1; threads <= hardware_threads(); threads *= 2) {
+      b->Args({bits, threads});
+    }
+  }
+}
+
+BENCHMARK(BM_ParallelBuild)
+    ->Apply(build_args)
+    ->ArgNames({"bits", "threads", "strategy"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ParallelQuery)
+    ->Apply(query_args)
+    ->ArgNames({"bits", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace

@@ -1,0 +1,236 @@
+// The parallel build and query (core/src/parallel.cpp) against the scalar
+// reference: the bitset and the answers may not depend on the thread count,
+// the shard size, the merge strategy or the input order.
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "abf/filter.hpp"
+#include "abf/layout.hpp"
+#include "engines.hpp"
+#include "parallel.hpp"
+#include "test_support.hpp"
+
+namespace abf {
+namespace {
+
+using detail::MergeStrategy;
+using detail::ParallelOptions;
+
+int max_threads() {
+  return 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Runs `body` in an arena of exactly `threads` threads (more than the cores
+// is allowed: global_control lifts TBB's default cap of one worker per core).
+template <class Body>
+void with_threads(int threads, Body&& body) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                            static_cast<std::size_t>(threads));
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    ASSERT_EQ(tbb::this_task_arena::max_concurrency(), threads);
+    body();
+  });
+}
+
+std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
+                                       const std::vector<Digest>& digests) {
+  std::vector<std::uint64_t> words(bit_count / 64, 0);
+  scalar::insert_batch(words.data(), bit_count, hash_count, digests.data(), digests.size());
+  return words;
+}
+
+std::vector<std::uint64_t> parallel_bits(const ParallelOptions& options, std::uint64_t bit_count,
+                                         std::uint32_t hash_count,
+                                         const std::vector<Digest>& digests) {
+  std::vector<std::uint64_t> words(bit_count / 64, 0);
+  detail::parallel_insert(options, scalar::insert_batch, words.data(), bit_count, hash_count,
+                          digests.data(), digests.size());
+  return words;
+}
+
+std::string describe(MergeStrategy strategy) {
+  switch (strategy) {
+    case MergeStrategy::kAtomicOr:
+      return "atomic_or";
+    case MergeStrategy::kShardBitsets:
+      return "shard_bitsets";
+    case MergeStrategy::kWordRange:
+      return "word_range";
+  }
+  return "?";
+}
+
+constexpr MergeStrategy kStrategies[] = {MergeStrategy::kAtomicOr, MergeStrategy::kShardBitsets,
+                                         MergeStrategy::kWordRange};
+
+// Layouts: the smallest m, a non-power-of-two m, m = 2^20 (several word
+// ranges), and k from 1 to 32.
+struct Geometry {
+  std::uint64_t bit_count;
+  std::uint32_t hash_count;
+};
+constexpr Geometry kGeometries[] = {
+    {64, 1}, {64, 32}, {9600, 7}, {191872, 7}, {std::uint64_t{1} << 20, 10}, {1437824, 32}};
+
+TEST(ParallelInsert, EqualsScalarForEveryStrategyThreadCountAndShardSize) {
+  const auto digests = test::random_digests(5000, 11);
+  for (const auto& [m, k] : kGeometries) {
+    const auto expected = scalar_bits(m, k, digests);
+    for (int threads = 1; threads <= max_threads(); ++threads) {
+      with_threads(threads, [&] {
+        for (const auto strategy : kStrategies) {
+          for (const std::size_t grain : {1, 7, 64, 1000, 4999, 5000, 100000}) {
+            const ParallelOptions options{strategy, grain, /*force_split=*/true};
+            EXPECT_EQ(parallel_bits(options, m, k, digests), expected)
+                << describe(strategy) << " m=" << m << " k=" << k << " threads=" << threads
+                << " grain=" << grain;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(ParallelInsert, EqualsScalarForBatchSizesAroundTheEdges) {
+  const auto all = test::random_digests(20000, 12);
+  for (const std::size_t count : {0, 1, 2, 7, 8, 9, 63, 64, 65, 8191, 8192, 8193, 20000}) {
+    const std::vector<Digest> digests(all.begin(), all.begin() + static_cast<long>(count));
+    const auto expected = scalar_bits(191872, 7, digests);
+    with_threads(max_threads(), [&] {
+      for (const auto strategy : kStrategies) {
+        for (const bool force : {false, true}) {
+          const ParallelOptions options{strategy, 0, force};
+          EXPECT_EQ(parallel_bits(options, 191872, 7, digests), expected)
+              << describe(strategy) << " count=" << count << " force=" << force;
+        }
+      }
+    });
+  }
+}
+
+TEST(ParallelInsert, IsIndependentOfInputOrder) {
+  auto digests = test::random_digests(30000, 13);
+  const auto expected = scalar_bits(1437824, 10, digests);
+  std::mt19937_64 random(14);
+  for (int round = 0; round < 3; ++round) {
+    std::shuffle(digests.begin(), digests.end(), random);
+    with_threads(max_threads(), [&] {
+      for (const auto strategy : kStrategies) {
+        const ParallelOptions options{strategy, 777, true};
+        EXPECT_EQ(parallel_bits(options, 1437824, 10, digests), expected) << describe(strategy);
+      }
+    });
+  }
+}
+
+// k = 32 makes the word-range strategy cut the batch in sub-batches
+// (16 MiB of indices each): the seams must not lose or repeat anything.
+TEST(ParallelInsert, WordRangeSubBatchesJoinSeamlessly) {
+  const auto digests = test::random_digests(140000, 15);
+  const auto expected = scalar_bits(std::uint64_t{1} << 22, 32, digests);
+  with_threads(max_threads(), [&] {
+    const ParallelOptions options{MergeStrategy::kWordRange, 0, true};
+    EXPECT_EQ(parallel_bits(options, std::uint64_t{1} << 22, 32, digests), expected);
+  });
+}
+
+// The public path: FilterBuilder::add in chunks of uneven sizes, on every
+// backend that runs here, at every thread count, equals the scalar build.
+TEST(ParallelInsert, FilterBuilderEqualsScalarBuildAtEveryThreadCount) {
+  const auto digests = test::random_digests(60000, 16);
+  const BloomSpec spec{.expected_item_count = 60000, .target_fpp = 0.001};
+  auto reference = build_filter(digests, spec, 7, Backend::kScalar);
+  ASSERT_TRUE(reference.has_value()) << reference.error().describe();
+  std::mt19937_64 random(17);
+  for (int threads = 1; threads <= max_threads(); ++threads) {
+    for (const Backend backend : {Backend::kAuto, Backend::kSimd}) {
+      with_threads(threads, [&] {
+        auto builder = FilterBuilder::create(spec, 7);
+        ASSERT_TRUE(builder.has_value());
+        std::size_t done = 0;
+        while (done < digests.size()) {
+          const std::size_t n = std::min<std::size_t>(digests.size() - done, 1 + random() % 30000);
+          auto added = builder->add(std::span(digests).subspan(done, n), backend);
+          ASSERT_TRUE(added.has_value()) << added.error().describe();
+          done += n;
+        }
+        const Filter filter = std::move(*builder).finish();
+        EXPECT_TRUE(std::ranges::equal(filter.payload(), reference->payload()))
+            << "threads=" << threads << " backend=" << to_string(backend);
+        EXPECT_EQ(filter.inserted_item_count(), digests.size());
+      });
+    }
+  }
+}
+
+// The golden builds, built on every core: the payload's SHA-256 and the
+// popcount are the vectors'.
+TEST(ParallelInsert, GoldenBuildsOnEveryCore) {
+  for (const auto& row : test::read_tsv("vectors/builds.tsv")) {
+    ASSERT_GE(row.size(), 7u);
+    const std::uint64_t members = std::stoull(row[0]);
+    const BloomSpec spec{.expected_item_count = std::stoull(row[1]),
+                         .target_fpp = test::parse_hex_float(row[2])};
+    const auto digests = test::member_digests(members);
+    for (const auto strategy : kStrategies) {
+      with_threads(max_threads(), [&] {
+        auto layout = choose_layout(spec);
+        ASSERT_TRUE(layout.has_value());
+        ASSERT_EQ(layout->bit_count, std::stoull(row[3]));
+        const ParallelOptions options{strategy, 97, true};
+        const auto words = parallel_bits(options, layout->bit_count, layout->hash_count, digests);
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(words.data());
+        EXPECT_EQ(sha256(std::span(bytes, words.size() * 8)).hex(), row[6])
+            << describe(strategy) << " members=" << members;
+      });
+    }
+  }
+}
+
+TEST(ParallelQuery, AnswersEqualScalarInInputOrder) {
+  const auto members = test::random_digests(20000, 18);
+  const BloomSpec spec{.expected_item_count = 20000, .target_fpp = 0.05};
+  auto filter = build_filter(members, spec, 0, Backend::kScalar);
+  ASSERT_TRUE(filter.has_value());
+  // Half members, half others, interleaved: answers alternate, so any
+  // reordering shows.
+  auto others = test::random_digests(20000, 19);
+  std::vector<Digest> queries;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    queries.push_back(members[i]);
+    queries.push_back(others[i]);
+  }
+  std::vector<Answer> expected(queries.size());
+  scalar::query_batch(filter->view(), queries.data(), queries.size(), expected.data());
+  for (int threads = 1; threads <= max_threads(); ++threads) {
+    with_threads(threads, [&] {
+      for (const auto engine :
+           {detail::QueryFn{scalar::query_batch}, detail::QueryFn{simd::query_batch}}) {
+        for (const std::size_t grain : {1, 3, 64, 1000, 40000}) {
+          std::vector<Answer> answers(queries.size(), Answer{2});
+          const ParallelOptions options{MergeStrategy::kAtomicOr, grain, true};
+          detail::parallel_query(options, engine, filter->view(), queries.data(), queries.size(),
+                                 answers.data());
+          EXPECT_EQ(answers, expected) << "threads=" << threads << " grain=" << grain;
+        }
+      }
+      for (const Backend backend : {Backend::kAuto, Backend::kScalar, Backend::kSimd}) {
+        std::vector<Answer> answers(queries.size(), Answer{2});
+        ASSERT_TRUE(filter->query(queries, answers, backend).has_value());
+        EXPECT_EQ(answers, expected) << "threads=" << threads << " " << to_string(backend);
+      }
+    });
+  }
+}
+
+}  // namespace
+}  // namespace abf
