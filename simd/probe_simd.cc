@@ -1,15 +1,94 @@
-// PLACEHOLDER until the Highway engine lands: forwards to the scalar reference.
-#include "engines.hpp"
+// The Highway batch probe engine (abf::simd in engines.hpp): one binary,
+// compiled for every target in hwy_targets.h, dispatched at run time to the
+// best one this CPU supports. Layout after hwy/examples/skeleton.cc (1.0.3).
+#include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file
 
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engines.hpp"
+#include "probe_simd.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "probe_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "probe_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace abf::HWY_NAMESPACE {
+
+void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_t count,
+                Answer* answers) {
+  const auto constants = simd::ModConstants::of(view.bit_count);
+  simd::detail::BlockState block;
+  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+    QueryBlock(view, constants, digests + begin, n, answers + begin, block);
+  }
+}
+
+void InsertBatch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                 const Digest* digests, std::size_t count) {
+  const auto constants = simd::ModConstants::of(bit_count);
+  simd::detail::BlockState block;
+  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+    InsertBlock(words, hash_count, constants, digests + begin, n, block);
+  }
+}
+
+void ProbeStarts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
+                 std::uint64_t* first, std::uint64_t* step) {
+  const auto constants = simd::ModConstants::of(bit_count);
+  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+    ComputeStarts(constants, digests + begin, n, step + begin,
+                  [out = first + begin](auto dn, std::size_t i, auto v) {
+                    hwy::HWY_NAMESPACE::StoreU(v, dn, out + i);
+                  });
+  }
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace abf::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace abf::simd {
+
+HWY_EXPORT(QueryBatch);
+HWY_EXPORT(InsertBatch);
+HWY_EXPORT(ProbeStarts);
+HWY_EXPORT(TargetName);
+
 void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
                  Answer* answers) noexcept {
-  scalar::query_batch(view, digests, count, answers);
+  HWY_DYNAMIC_DISPATCH(QueryBatch)(view, digests, count, answers);
 }
+
 void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
                   const Digest* digests, std::size_t count) noexcept {
-  scalar::insert_batch(words, bit_count, hash_count, digests, count);
+  HWY_DYNAMIC_DISPATCH(InsertBatch)(words, bit_count, hash_count, digests, count);
 }
-std::string target_name() { return "none"; }
-std::vector<std::string> compiled_targets() { return {}; }
+
+void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
+                  std::uint64_t* first, std::uint64_t* step) noexcept {
+  HWY_DYNAMIC_DISPATCH(ProbeStarts)(bit_count, digests, count, first, step);
+}
+
+std::string target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+std::vector<std::string> compiled_targets() {
+  std::vector<std::string> names;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    names.emplace_back(hwy::TargetName(target));
+  }
+  return names;
+}
+
 }  // namespace abf::simd
+#endif  // HWY_ONCE

@@ -1,0 +1,233 @@
+// Per-target kernels of the SIMD probe engine: vector index computation
+// (first probe and step of every digest) and the batched probe loops.
+// Included once per Highway target by probe_simd.cc through foreach_target.h,
+// hence the toggle guard instead of #pragma once.
+
+// Normal include guard for the target-independent part.
+#ifndef ABF_SIMD_PROBE_SIMD_INL_COMMON_H_
+#define ABF_SIMD_PROBE_SIMD_INL_COMMON_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "abf/digest.hpp"
+#include "abf/filter.hpp"
+#include "abf/probe.hpp"
+#include "probe_simd.h"
+
+namespace abf::simd::detail {
+
+// Digests per block. A block's probe state (position|id and step, 16 bytes a
+// digest) stays in L1, and 1024 independent first probes keep enough cache
+// misses in flight to cover DRAM latency; the last rounds of a block, with
+// few survivors left, pay about one latency each, 1/1024 of it per digest.
+inline constexpr std::size_t kBlock = 1024;
+// How far ahead of the probe it tests the loop prefetches: enough misses in
+// flight to saturate Zen 4's ~24 L1 miss buffers.
+inline constexpr std::size_t kPrefetchDistance = 32;
+// Filters smaller than this sit in L2 (1 MiB a core here); prefetching them
+// only costs instructions.
+inline constexpr std::uint64_t kPrefetchMinBytes = std::uint64_t{1} << 20;
+
+// A probe's state packs the digest's index within its block (high 32 bits)
+// with its current bit position (low 32 bits, < m <= 2^30): one load, one
+// store per compaction step, and position + step never carries into the id.
+inline constexpr std::uint64_t kPositionMask = 0xffffffffu;
+
+// Scratch of one block, on the stack of the calling thread.
+struct alignas(64) BlockState {
+  std::uint64_t state[kBlock + kPrefetchDistance];  // tail: valid positions for prefetch
+  std::uint64_t step[kBlock];
+};
+
+}  // namespace abf::simd::detail
+
+#endif  // ABF_SIMD_PROBE_SIMD_INL_COMMON_H_
+
+#if defined(ABF_SIMD_PROBE_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ABF_SIMD_PROBE_SIMD_INL_H_
+#undef ABF_SIMD_PROBE_SIMD_INL_H_
+#else
+#define ABF_SIMD_PROBE_SIMD_INL_H_
+#endif
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace abf::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The per-filter constants of simd::ModConstants, broadcast once per batch.
+template <class D>
+struct ModVectors {
+  using DF = hn::Rebind<double, D>;
+  hn::VFromD<D> r34;
+  hn::VFromD<DF> m_prime;
+  hn::VFromD<DF> inv_m_prime;
+
+  ModVectors(D d, const simd::ModConstants& c)
+      : r34(hn::Set(d, c.r34)),
+        m_prime(hn::Set(DF(), c.m_prime)),
+        inv_m_prime(hn::Set(DF(), c.inv_m_prime)) {}
+};
+
+// x mod m, exactly; see simd::ModConstants for the derivation.
+template <class D>
+HWY_INLINE hn::VFromD<D> ModM(D d, hn::VFromD<D> x, const ModVectors<D>& c) {
+  const hn::Rebind<double, D> df;
+  const auto two52 = hn::Set(df, 4503599627370496.0);                  // 2^52
+  const auto two52_bits = hn::Set(d, std::uint64_t{0x4330000000000000});  // bits of 2^52
+  const auto low52 = hn::Set(d, (std::uint64_t{1} << 52) - 1);
+
+  const auto y = hn::ShiftRight<6>(x);
+  const auto a = hn::ShiftRight<34>(y);
+  const auto b = hn::And(y, hn::Set(d, (std::uint64_t{1} << 34) - 1));
+  // a, r34 < 2^24: the even (low) u32 halves hold them whole.
+#if HWY_TARGET == HWY_SCALAR
+  const auto product = hn::Set(d, hn::GetLane(a) * hn::GetLane(c.r34));  // one lane: no u32 view
+#else
+  const hn::Repartition<std::uint32_t, D> d32;
+  const auto product = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, c.r34));
+#endif
+  const auto s = hn::Add(product, b);
+  // s < 2^49: exact as a double via the 2^52 trick.
+  const auto s_f = hn::Sub(hn::BitCast(df, hn::Or(s, two52_bits)), two52);
+  // Adding 2^52 rounds s / m' to an integer q: floor(s / m') or one more.
+  const auto q_f = hn::Sub(hn::MulAdd(s_f, c.inv_m_prime, two52), two52);
+  auto r_f = hn::NegMulAdd(q_f, c.m_prime, s_f);  // s - q m', exact, in (-m', m')
+  r_f = hn::Add(r_f, hn::IfThenElseZero(hn::Lt(r_f, hn::Zero(df)), c.m_prime));
+  const auto r = hn::And(hn::BitCast(d, hn::Add(r_f, two52)), low52);
+  return hn::Or(hn::ShiftLeft<6>(r), hn::And(x, hn::Set(d, std::uint64_t{63})));
+}
+
+// Big-endian u64 lanes to native: reverse the bytes of every 8-byte lane.
+template <class D>
+HWY_INLINE hn::VFromD<D> ByteSwap64(D d, hn::VFromD<D> v) {
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(d, __builtin_bswap64(hn::GetLane(v)));  // one lane: no byte shuffle
+#else
+  const hn::Repartition<std::uint8_t, D> d8;
+  alignas(16) static constexpr std::uint8_t kReverse[16] = {7,  6,  5,  4,  3,  2,  1, 0,
+                                                            15, 14, 13, 12, 11, 10, 9, 8};
+  return hn::BitCast(d, hn::TableLookupBytes(hn::BitCast(d8, v), hn::LoadDup128(d8, kReverse)));
+#endif
+}
+
+// For digests[0, count), count <= kBlock: first[i] = h1 mod m,
+// step[i] = (h2 | 1) mod m. The first `lanes`-multiple go through vectors,
+// the rest through the protocol header.
+template <class StoreFirst>
+HWY_INLINE void ComputeStarts(const simd::ModConstants& constants, const Digest* digests,
+                              std::size_t count, std::uint64_t* step, StoreFirst&& store_first) {
+  using D = hn::ScalableTag<std::uint64_t>;
+  const D d;
+  const std::size_t lanes = hn::Lanes(d);
+  const ModVectors<D> c(d, constants);
+  const auto one = hn::Set(d, std::uint64_t{1});
+  std::size_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    // A digest is four u64: h1, h2 and 16 bytes the protocol ignores.
+    hn::VFromD<D> w0, w1, w2, w3;
+    hn::LoadInterleaved4(d, reinterpret_cast<const std::uint64_t*>(digests + i), w0, w1, w2, w3);
+    const auto h1 = ByteSwap64(d, w0);
+    const auto h2 = ByteSwap64(d, w1);
+    store_first(d, i, ModM(d, h1, c));
+    hn::StoreU(ModM(d, hn::Or(h2, one), c), d, step + i);
+  }
+  for (; i < count; ++i) {
+    const std::uint8_t* bytes = digests[i].bytes.data();
+    const hn::CappedTag<std::uint64_t, 1> d1;
+    store_first(d1, i, hn::Set(d1, probe::first_index(probe::h1_of(bytes), constants.m)));
+    step[i] = probe::step_of(probe::h2_of(bytes), constants.m);
+  }
+}
+
+// Answers one block of count <= kBlock digests. All first probes are tested
+// in one pass, with prefetch ahead; the digests still Maybe are compacted to
+// the front and advance to their next probe, so an absent digest costs about
+// 1 / (1 - fill) memory accesses (2 at the optimum), not k, and no branch
+// depends on a bit of the filter.
+HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstants& constants,
+                           const Digest* digests, std::size_t count, Answer* answers,
+                           simd::detail::BlockState& block) {
+  using simd::detail::kPositionMask;
+  using simd::detail::kPrefetchDistance;
+  std::uint64_t* state = block.state;
+  std::uint64_t* step = block.step;
+  const hn::ScalableTag<std::uint64_t> d;
+  ComputeStarts(constants, digests, count, step, [state](auto dn, std::size_t i, auto first) {
+    // Digest index i + lane in the high half of each state word.
+    hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))), dn,
+               state + i);
+  });
+  (void)d;
+  std::fill(state + count, state + count + kPrefetchDistance, std::uint64_t{0});
+  std::fill(answers, answers + count, Answer::kDefinitelyNot);
+
+  const std::uint64_t* words = view.words;
+  const std::uint64_t m = view.bit_count;
+  const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
+  std::size_t active = count;
+  for (std::uint32_t round = 0; round < view.hash_count && active != 0; ++round) {
+    if (prefetch) {
+      for (std::size_t t = 0; t < std::min(active, kPrefetchDistance); ++t) {
+        hwy::Prefetch(words + ((state[t] & kPositionMask) >> 6));
+      }
+    }
+    std::size_t kept = 0;
+    for (std::size_t t = 0; t < active; ++t) {
+      // Entries past `active` are stale but valid positions: harmless to prefetch.
+      if (prefetch) hwy::Prefetch(words + ((state[t + kPrefetchDistance] & kPositionMask) >> 6));
+      const std::uint64_t s = state[t];
+      const std::uint64_t position = s & kPositionMask;
+      const std::uint64_t bit = (words[position >> 6] >> (position & 63)) & 1;
+      const std::uint64_t st = step[t];
+      std::uint64_t next = s + st;
+      next -= ((next & kPositionMask) >= m) ? m : 0;  // probe::advance on the low half
+      // Written always, kept only if the bit was set: kept <= t, so this
+      // never overwrites an entry not yet read.
+      state[kept] = next;
+      step[kept] = st;
+      kept += bit;
+    }
+    active = kept;
+  }
+  for (std::size_t t = 0; t < active; ++t) answers[state[t] >> 32] = Answer::kMaybe;
+}
+
+// Sets the k bits of count <= kBlock digests: all first bits, then all
+// second bits, ... with prefetch ahead, so k * count stores overlap their
+// misses instead of waiting for them one digest at a time.
+HWY_INLINE void InsertBlock(std::uint64_t* words, std::uint32_t hash_count,
+                            const simd::ModConstants& constants, const Digest* digests,
+                            std::size_t count, simd::detail::BlockState& block) {
+  using simd::detail::kPrefetchDistance;
+  std::uint64_t* state = block.state;
+  std::uint64_t* step = block.step;
+  ComputeStarts(constants, digests, count, step, [state](auto dn, std::size_t i, auto first) {
+    hn::StoreU(first, dn, state + i);
+  });
+  std::fill(state + count, state + count + kPrefetchDistance, std::uint64_t{0});
+  const std::uint64_t m = constants.m;
+  const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
+  for (std::uint32_t round = 0; round < hash_count; ++round) {
+    if (prefetch) {
+      for (std::size_t t = 0; t < std::min(count, kPrefetchDistance); ++t) {
+        __builtin_prefetch(words + (state[t] >> 6), 1);
+      }
+    }
+    for (std::size_t t = 0; t < count; ++t) {
+      if (prefetch) __builtin_prefetch(words + (state[t + kPrefetchDistance] >> 6), 1);
+      const std::uint64_t position = state[t];
+      words[probe::word_of(position)] |= probe::mask_of(position);
+      state[t] = probe::advance(position, step[t], m);
+    }
+  }
+}
+
+}  // namespace abf::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ABF_SIMD_PROBE_SIMD_INL_H_

@@ -1,0 +1,55 @@
+// Internal to the SIMD engine and its tests: the per-filter constants of the
+// exact `x mod m` reduction, and an entry point that exposes the computed
+// probe starts so tests can compare them with the protocol header directly.
+// Includes no Highway header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "abf/digest.hpp"
+
+namespace abf::simd {
+
+// Exact x mod m for any 64-bit x and m = 64 * m', m' = m / 64 in [1, 2^24]
+// (every bit count the protocol allows), in lanes that have no 64-bit
+// multiply (x86 before AVX-512DQ, Highway 1.0.3 everywhere):
+//
+//   x mod m = 64 * (y mod m') + (x & 63),           y = x >> 6 < 2^58
+//   y = a * 2^34 + b  =>  y == s := a * r34 + b      (mod m'),
+//       a < 2^24, r34 = 2^34 mod m' < 2^24, so a * r34 is one 32x32->64
+//       MulEven and s < 2^48 + 2^34 < 2^49
+//   q = round(s * (1 / m')) in binary64: s and 1/m' carry relative errors
+//       of at most 2^-53 each, so s / m' is off by at most 2^49 * 2^-52 =
+//       1/8 and q is floor(s / m') or one more;
+//   r = s - q * m' is exact (integers < 2^50) and lies in (-m', m'); one
+//       conditional add of m' makes it s mod m'.
+//
+// Rounding to an integer and back uses the 2^52 trick (add 2^52, read the
+// low mantissa bits), exact for integers below 2^52. The whole reduction is
+// ~17 vector operations for 2 to 8 lanes, against 4 to 6 scalar 64-bit
+// multiplies per lane for probe::Reducer. Tests compare it with `%`.
+struct ModConstants {
+  std::uint64_t m = 64;      // bit count, multiple of 64, <= 2^30
+  std::uint64_t r34 = 0;     // 2^34 mod (m / 64)
+  double m_prime = 1.0;      // m / 64, exact
+  double inv_m_prime = 1.0;  // RN(1 / (m / 64))
+
+  static ModConstants of(std::uint64_t bit_count) noexcept {
+    ModConstants c;
+    c.m = bit_count;
+    const std::uint64_t m_prime = bit_count / 64;
+    c.r34 = (std::uint64_t{1} << 34) % m_prime;
+    c.m_prime = static_cast<double>(m_prime);
+    c.inv_m_prime = 1.0 / c.m_prime;
+    return c;
+  }
+};
+
+// first[i] = h1 mod m and step[i] = (h2 | 1) mod m of digests[i], computed
+// by the vector reduction on the dispatched target (tail lanes by the
+// protocol header). For tests.
+void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
+                  std::uint64_t* first, std::uint64_t* step) noexcept;
+
+}  // namespace abf::simd
