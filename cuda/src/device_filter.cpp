@@ -1,0 +1,572 @@
+// The CUDA backend's host side: device checks, DeviceFilter (device memory,
+// staging buffers, streams) and the pipelined host-memory paths. Plain C++23
+// against the CUDA runtime API; the kernels are in kernels.cu.
+#include "abf/cuda/device_filter.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <utility>
+
+#include "cuda_error.hpp"
+#include "launch.hpp"
+
+namespace abf::cuda {
+
+namespace detail {
+
+namespace {
+
+std::string version_text(int version) {
+  // CUDA encodes 13.0 as 13000.
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string mib(std::size_t bytes) {
+  const std::size_t tenths = bytes * 10 / (std::size_t{1} << 20);
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " MiB";
+}
+
+bool means_unavailable(cudaError_t status) {
+  switch (status) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorInitializationError:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Error cuda_error(cudaError_t status, std::string_view what) {
+  std::string message = "CUDA backend: ";
+  message += what;
+  message += ": ";
+  if (status == cudaErrorMemoryAllocation) {
+    message += "out of device memory";
+  } else if (status == cudaErrorInsufficientDriver) {
+    int driver = 0;
+    int runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    message += driver == 0 ? std::string("no NVIDIA driver is loaded")
+                           : "the NVIDIA driver supports CUDA " + version_text(driver) +
+                                 ", older than the CUDA runtime " + version_text(runtime) +
+                                 " this build uses; update the driver";
+  } else if (status == cudaErrorNoKernelImageForDevice) {
+    message += "no code for this device in the build (it has sm_80 and sm_90 code, sm_90 PTX)";
+  } else {
+    message += cudaGetErrorString(status);
+  }
+  message += " (";
+  message += cudaGetErrorName(status);
+  message += ")";
+  return Error{means_unavailable(status) ? ErrorCode::kBackendUnavailable : ErrorCode::kCuda,
+               std::move(message)};
+}
+
+Result<void> check(cudaError_t status, std::string_view what) {
+  if (status == cudaSuccess) return {};
+  return std::unexpected(cuda_error(status, what));
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  if (previous_ == device) {
+    previous_ = -1;
+    return;
+  }
+  status_ = cudaSetDevice(device);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+}  // namespace detail
+
+using detail::check;
+
+// --- Devices ---------------------------------------------------------------
+
+std::string DeviceInfo::describe() const {
+  const std::size_t tenths_gib = total_memory * 10 / (std::size_t{1} << 30);
+  return name + " (device " + std::to_string(ordinal) + ", sm_" + std::to_string(major) +
+         std::to_string(minor) + ", " + std::to_string(sm_count) + " SMs, " +
+         std::to_string(tenths_gib / 10) + "." + std::to_string(tenths_gib % 10) + " GiB, driver " +
+         detail::version_text(driver_version) + ", runtime " +
+         detail::version_text(runtime_version) + ")";
+}
+
+Result<DeviceInfo> current_device() {
+  DeviceInfo info;
+  (void)cudaDriverGetVersion(&info.driver_version);
+  (void)cudaRuntimeGetVersion(&info.runtime_version);
+  int count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+    Error error = detail::cuda_error(status, "looking for a CUDA device (cudaGetDeviceCount)");
+    error.code = ErrorCode::kBackendUnavailable;
+    return std::unexpected(std::move(error));
+  }
+  if (count == 0) {
+    return fail(ErrorCode::kBackendUnavailable,
+                "CUDA backend: no CUDA device found (cudaGetDeviceCount returned 0)");
+  }
+  if (auto r = check(cudaGetDevice(&info.ordinal), "cudaGetDevice"); !r) {
+    return std::unexpected(r.error());
+  }
+  const std::string where = " of device " + std::to_string(info.ordinal);
+  auto attribute = [&](cudaDeviceAttr which, int& value, const char* name) {
+    return check(cudaDeviceGetAttribute(&value, which, info.ordinal),
+                 std::string("cudaDeviceGetAttribute(") + name + ")" + where);
+  };
+  if (auto r = attribute(cudaDevAttrComputeCapabilityMajor, info.major, "major"); !r) {
+    return std::unexpected(r.error());
+  }
+  if (auto r = attribute(cudaDevAttrComputeCapabilityMinor, info.minor, "minor"); !r) {
+    return std::unexpected(r.error());
+  }
+  if (auto r = attribute(cudaDevAttrMultiProcessorCount, info.sm_count, "sm count"); !r) {
+    return std::unexpected(r.error());
+  }
+  cudaDeviceProp props{};
+  if (auto r = check(cudaGetDeviceProperties(&props, info.ordinal), "cudaGetDeviceProperties" + where);
+      !r) {
+    return std::unexpected(r.error());
+  }
+  info.name = props.name;
+  info.total_memory = props.totalGlobalMem;
+  if (info.major < 8) {
+    return fail(ErrorCode::kBackendUnavailable,
+                "CUDA backend: " + info.describe() +
+                    " is older than sm_80; this build has sm_80 and sm_90 code and sm_90 PTX");
+  }
+  return info;
+}
+
+// --- Raw-view launches -------------------------------------------------------
+
+namespace {
+
+const std::uint8_t* bytes_of(const Digest* digests) {
+  return reinterpret_cast<const std::uint8_t*>(digests);
+}
+std::uint8_t* bytes_of(Answer* answers) { return reinterpret_cast<std::uint8_t*>(answers); }
+
+Result<int> sm_count_of_current() {
+  int device = 0;
+  if (auto r = check(cudaGetDevice(&device), "cudaGetDevice"); !r) return std::unexpected(r.error());
+  int sm_count = 0;
+  if (auto r = check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device),
+                     "cudaDeviceGetAttribute(sm count)");
+      !r) {
+    return std::unexpected(r.error());
+  }
+  return sm_count;
+}
+
+std::string launch_what(const char* kernel, std::size_t count) {
+  return std::string("launching the ") + kernel + " kernel for " + std::to_string(count) +
+         " digests";
+}
+
+}  // namespace
+
+Result<void> query_async(const DeviceFilterView& view, const Digest* device_digests,
+                         std::size_t count, Answer* device_answers, cudaStream_t stream) {
+  if (count == 0) return {};
+  auto sm_count = sm_count_of_current();
+  if (!sm_count) return std::unexpected(sm_count.error());
+  return check(detail::launch_query(view, bytes_of(device_digests), count,
+                                    bytes_of(device_answers), *sm_count, stream),
+               launch_what("query", count));
+}
+
+Result<void> insert_async(const DeviceBuildView& view, const Digest* device_digests,
+                          std::size_t count, cudaStream_t stream) {
+  if (count == 0) return {};
+  auto sm_count = sm_count_of_current();
+  if (!sm_count) return std::unexpected(sm_count.error());
+  return check(detail::launch_insert(view, bytes_of(device_digests), count, *sm_count, stream),
+               launch_what("insert", count));
+}
+
+// --- DeviceFilter ------------------------------------------------------------
+
+namespace {
+
+// Digests per pipeline chunk: 16 MiB of digests. At ~50 GB/s a chunk's
+// copy takes ~0.3 ms, far above the ~10 us of a launch and a stream sync.
+constexpr std::size_t kChunkDigests = std::size_t{1} << 19;
+constexpr std::size_t kStreams = 4;
+
+// One stream of the pipeline and the buffers it owns.
+struct Slot {
+  cudaStream_t stream = nullptr;
+  Digest* pinned_in = nullptr;
+  Answer* pinned_out = nullptr;
+  Digest* device_in = nullptr;
+  Answer* device_out = nullptr;
+  // The chunk in flight, if any.
+  bool busy = false;
+  std::size_t offset = 0;
+  std::size_t count = 0;
+  bool staged_out = false;  // answers land in pinned_out, to copy to the caller
+};
+
+enum class HostMemory { kPageable, kPinned, kDevice };
+
+HostMemory kind_of(const void* pointer) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    (void)cudaGetLastError();  // older runtimes flag unregistered memory
+    return HostMemory::kPageable;
+  }
+  switch (attributes.type) {
+    case cudaMemoryTypeHost:
+      return HostMemory::kPinned;
+    case cudaMemoryTypeDevice:
+      return HostMemory::kDevice;
+    default:  // unregistered; managed memory is staged like pageable
+      return HostMemory::kPageable;
+  }
+}
+
+}  // namespace
+
+struct DeviceFilter::Impl {
+  int device = 0;
+  int sm_count = 0;
+  Layout layout;
+  std::uint64_t* words = nullptr;  // device memory, bit_count / 8 bytes
+
+  std::mutex staging_mutex;  // one host-memory pipeline at a time
+  std::size_t chunk_capacity = 0;
+  std::array<Slot, kStreams> slots{};
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  ~Impl() {
+    detail::DeviceGuard guard(device);
+    release_staging();
+    if (words != nullptr) (void)cudaFree(words);
+  }
+
+  std::size_t bytes() const { return layout.bit_count / 8; }
+
+  void release_staging() {
+    for (Slot& slot : slots) {
+      if (slot.stream != nullptr) (void)cudaStreamSynchronize(slot.stream);
+      if (slot.pinned_in != nullptr) (void)cudaFreeHost(slot.pinned_in);
+      if (slot.pinned_out != nullptr) (void)cudaFreeHost(slot.pinned_out);
+      if (slot.device_in != nullptr) (void)cudaFree(slot.device_in);
+      if (slot.device_out != nullptr) (void)cudaFree(slot.device_out);
+      if (slot.stream != nullptr) (void)cudaStreamDestroy(slot.stream);
+      slot = Slot{};
+    }
+    chunk_capacity = 0;
+  }
+
+  // Staging for chunks of min(count, kChunkDigests) digests (rounded up to
+  // 4096, so a run of small batches does not reallocate every time).
+  Result<void> ensure_staging(std::size_t count) {
+    const std::size_t wanted =
+        std::min(kChunkDigests, (std::max<std::size_t>(count, 1) + 4095) / 4096 * 4096);
+    if (chunk_capacity >= wanted) return {};
+    release_staging();
+    const std::size_t in_bytes = wanted * sizeof(Digest);
+    const std::size_t out_bytes = wanted * sizeof(Answer);
+    for (std::size_t s = 0; s < kStreams; ++s) {
+      Slot& slot = slots[s];
+      const std::string which = " for pipeline stream " + std::to_string(s);
+      Result<void> r =
+          check(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking), "cudaStreamCreate" + which);
+      if (r) r = check(cudaHostAlloc(reinterpret_cast<void**>(&slot.pinned_in), in_bytes, cudaHostAllocDefault),
+                       "cudaHostAlloc (" + detail::mib(in_bytes) + " of pinned digests" + which + ")");
+      if (r) r = check(cudaHostAlloc(reinterpret_cast<void**>(&slot.pinned_out), out_bytes, cudaHostAllocDefault),
+                       "cudaHostAlloc (" + detail::mib(out_bytes) + " of pinned answers" + which + ")");
+      if (r) r = check(cudaMalloc(reinterpret_cast<void**>(&slot.device_in), in_bytes),
+                       "cudaMalloc (" + detail::mib(in_bytes) + " of device digests" + which + ")");
+      if (r) r = check(cudaMalloc(reinterpret_cast<void**>(&slot.device_out), out_bytes),
+                       "cudaMalloc (" + detail::mib(out_bytes) + " of device answers" + which + ")");
+      if (!r) {
+        release_staging();
+        return r;
+      }
+    }
+    chunk_capacity = wanted;
+    return {};
+  }
+
+  // Waits for a slot's chunk; copies its staged answers to the caller.
+  Result<void> drain(Slot& slot, Answer* answers) {
+    if (!slot.busy) return {};
+    slot.busy = false;
+    if (auto r = check(cudaStreamSynchronize(slot.stream),
+                       "waiting for the chunk of " + std::to_string(slot.count) + " digests at " +
+                           std::to_string(slot.offset));
+        !r) {
+      return r;
+    }
+    if (slot.staged_out) {
+      std::memcpy(answers + slot.offset, slot.pinned_out, slot.count * sizeof(Answer));
+    }
+    return {};
+  }
+
+  // After a failure: let every copy into the caller's memory finish before
+  // returning, so nothing writes to it afterwards.
+  void abandon() {
+    for (Slot& slot : slots) {
+      if (slot.busy) (void)cudaStreamSynchronize(slot.stream);
+      slot.busy = false;
+    }
+  }
+
+  // The pipeline: query (answers != nullptr) or insert (answers == nullptr).
+  Result<void> run_host(const Digest* digests, std::size_t count, Answer* answers) {
+    if (count == 0) return {};
+    const HostMemory in_kind = kind_of(digests);
+    const HostMemory out_kind = answers != nullptr ? kind_of(answers) : HostMemory::kPinned;
+    if (in_kind == HostMemory::kDevice || out_kind == HostMemory::kDevice) {
+      return fail(ErrorCode::kInvalidArgument,
+                  "CUDA backend: the host-memory query got a device pointer; use "
+                  "query_device / insert_device for device-resident digests");
+    }
+    std::lock_guard lock(staging_mutex);
+    if (auto r = ensure_staging(count); !r) return r;
+    const DeviceFilterView query_view = make_view(words, layout.bit_count, layout.hash_count);
+    const DeviceBuildView build_view = make_build_view(words, layout.bit_count, layout.hash_count);
+    std::size_t next = 0;
+    for (std::size_t offset = 0; offset < count; offset += chunk_capacity) {
+      Slot& slot = slots[next++ % kStreams];
+      const std::size_t n = std::min(chunk_capacity, count - offset);
+      const std::string where = " (chunk of " + std::to_string(n) + " digests at " +
+                                std::to_string(offset) + ")";
+      Result<void> r = drain(slot, answers);
+      const Digest* source = digests + offset;
+      if (r && in_kind == HostMemory::kPageable) {
+        std::memcpy(slot.pinned_in, source, n * sizeof(Digest));
+        source = slot.pinned_in;
+      }
+      if (r) r = check(cudaMemcpyAsync(slot.device_in, source, n * sizeof(Digest),
+                                       cudaMemcpyHostToDevice, slot.stream),
+                       "copying digests to the device" + where);
+      if (r) {
+        r = check(answers != nullptr
+                      ? detail::launch_query(query_view, bytes_of(slot.device_in), n,
+                                             bytes_of(slot.device_out), sm_count, slot.stream)
+                      : detail::launch_insert(build_view, bytes_of(slot.device_in), n, sm_count,
+                                              slot.stream),
+                  std::string("launching the ") + (answers != nullptr ? "query" : "insert") +
+                      " kernel" + where);
+      }
+      if (r && answers != nullptr) {
+        Answer* target = out_kind == HostMemory::kPinned ? answers + offset : slot.pinned_out;
+        r = check(cudaMemcpyAsync(target, slot.device_out, n * sizeof(Answer),
+                                  cudaMemcpyDeviceToHost, slot.stream),
+                  "copying answers to the host" + where);
+      }
+      if (!r) {
+        abandon();
+        return r;
+      }
+      slot.busy = true;
+      slot.offset = offset;
+      slot.count = n;
+      slot.staged_out = answers != nullptr && out_kind == HostMemory::kPageable;
+    }
+    Result<void> result;
+    for (Slot& slot : slots) {
+      if (auto r = drain(slot, answers); !r && result) result = r;
+    }
+    if (!result) abandon();
+    return result;
+  }
+};
+
+DeviceFilter::DeviceFilter(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+DeviceFilter::DeviceFilter(DeviceFilter&&) noexcept = default;
+DeviceFilter& DeviceFilter::operator=(DeviceFilter&&) noexcept = default;
+DeviceFilter::~DeviceFilter() = default;
+
+Result<DeviceFilter> DeviceFilter::create(const Layout& layout) {
+  if (layout.bit_count < probe::kMinBitCount || layout.bit_count > probe::kMaxBitCount ||
+      layout.bit_count % 64 != 0 || layout.hash_count < probe::kMinHashCount ||
+      layout.hash_count > probe::kMaxHashCount) {
+    return fail(ErrorCode::kInvalidArgument,
+                "CUDA backend: invalid layout m = " + std::to_string(layout.bit_count) +
+                    ", k = " + std::to_string(layout.hash_count) +
+                    " (m must be a multiple of 64 in 64..2^30, k in 1..32)");
+  }
+  auto info = current_device();
+  if (!info) return std::unexpected(info.error());
+  auto impl = std::make_unique<Impl>();
+  impl->device = info->ordinal;
+  impl->sm_count = info->sm_count;
+  impl->layout = layout;
+  const std::size_t bytes = impl->bytes();
+  if (auto r = check(cudaMalloc(reinterpret_cast<void**>(&impl->words), bytes),
+                     "cudaMalloc (" + detail::mib(bytes) + " filter bitset on " +
+                         info->describe() + ")");
+      !r) {
+    return std::unexpected(r.error());
+  }
+  if (auto r = check(cudaMemset(impl->words, 0, bytes), "clearing the device bitset"); !r) {
+    return std::unexpected(r.error());
+  }
+  return DeviceFilter(std::move(impl));
+}
+
+Result<DeviceFilter> DeviceFilter::from_words(std::span<const std::uint64_t> words,
+                                              const Layout& layout) {
+  if (words.size() != layout.bit_count / 64) {
+    return fail(ErrorCode::kInvalidArgument,
+                "CUDA backend: bitset of " + std::to_string(words.size()) +
+                    " words for m = " + std::to_string(layout.bit_count) + " (needs m / 64)");
+  }
+  auto filter = create(layout);
+  if (!filter) return filter;
+  if (auto r = check(cudaMemcpy(filter->impl_->words, words.data(), filter->impl_->bytes(),
+                                cudaMemcpyHostToDevice),
+                     "uploading the bitset (" + detail::mib(filter->impl_->bytes()) + ")");
+      !r) {
+    return std::unexpected(r.error());
+  }
+  return filter;
+}
+
+Result<DeviceFilter> DeviceFilter::upload(const Filter& filter) {
+  return from_words(filter.words(), Layout{filter.bit_count(), filter.hash_count()});
+}
+
+DeviceFilterView DeviceFilter::view() const noexcept {
+  return make_view(impl_->words, impl_->layout.bit_count, impl_->layout.hash_count);
+}
+DeviceBuildView DeviceFilter::build_view() noexcept {
+  return make_build_view(impl_->words, impl_->layout.bit_count, impl_->layout.hash_count);
+}
+Layout DeviceFilter::layout() const noexcept { return impl_->layout; }
+int DeviceFilter::device() const noexcept { return impl_->device; }
+const std::uint64_t* DeviceFilter::device_words() const noexcept { return impl_->words; }
+
+Result<void> DeviceFilter::query_device_async(const Digest* device_digests, std::size_t count,
+                                              Answer* device_answers, cudaStream_t stream) const {
+  detail::DeviceGuard guard(impl_->device);
+  if (auto r = guard.check(); !r) return r;
+  return check(detail::launch_query(view(), bytes_of(device_digests), count,
+                                    bytes_of(device_answers), impl_->sm_count, stream),
+               launch_what("query", count));
+}
+
+Result<void> DeviceFilter::query_device(const Digest* device_digests, std::size_t count,
+                                        Answer* device_answers) const {
+  if (auto r = query_device_async(device_digests, count, device_answers, nullptr); !r) return r;
+  detail::DeviceGuard guard(impl_->device);
+  return check(cudaStreamSynchronize(nullptr), "waiting for the query kernel");
+}
+
+Result<void> DeviceFilter::insert_device_async(const Digest* device_digests, std::size_t count,
+                                               cudaStream_t stream) {
+  detail::DeviceGuard guard(impl_->device);
+  if (auto r = guard.check(); !r) return r;
+  return check(detail::launch_insert(build_view(), bytes_of(device_digests), count,
+                                     impl_->sm_count, stream),
+               launch_what("insert", count));
+}
+
+Result<void> DeviceFilter::insert_device(const Digest* device_digests, std::size_t count) {
+  if (auto r = insert_device_async(device_digests, count, nullptr); !r) return r;
+  detail::DeviceGuard guard(impl_->device);
+  return check(cudaStreamSynchronize(nullptr), "waiting for the insert kernel");
+}
+
+Result<void> DeviceFilter::query_host(std::span<const Digest> digests,
+                                      std::span<Answer> answers) const {
+  if (answers.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "CUDA backend: " + std::to_string(answers.size()) + " answer slots for " +
+                    std::to_string(digests.size()) + " digests");
+  }
+  detail::DeviceGuard guard(impl_->device);
+  if (auto r = guard.check(); !r) return r;
+  return impl_->run_host(digests.data(), digests.size(), answers.data());
+}
+
+Result<void> DeviceFilter::query_host_async(std::span<const Digest> digests,
+                                            std::span<Answer> answers, cudaStream_t stream) const {
+  if (answers.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "CUDA backend: " + std::to_string(answers.size()) + " answer slots for " +
+                    std::to_string(digests.size()) + " digests");
+  }
+  const std::size_t count = digests.size();
+  if (count == 0) return {};
+  detail::DeviceGuard guard(impl_->device);
+  if (auto r = guard.check(); !r) return r;
+  // One scratch block: digests, then answers.
+  const std::size_t in_bytes = count * sizeof(Digest);
+  const std::size_t bytes = in_bytes + count * sizeof(Answer);
+  void* scratch = nullptr;
+  if (auto r = check(cudaMallocAsync(&scratch, bytes, stream),
+                     "cudaMallocAsync (" + detail::mib(bytes) + " of query scratch)");
+      !r) {
+    return r;
+  }
+  auto* device_in = static_cast<Digest*>(scratch);
+  auto* device_out = reinterpret_cast<Answer*>(static_cast<std::uint8_t*>(scratch) + in_bytes);
+  Result<void> r = check(cudaMemcpyAsync(device_in, digests.data(), in_bytes,
+                                         cudaMemcpyHostToDevice, stream),
+                         "copying " + std::to_string(count) + " digests to the device");
+  if (r) {
+    r = check(detail::launch_query(view(), bytes_of(device_in), count, bytes_of(device_out),
+                                   impl_->sm_count, stream),
+              launch_what("query", count));
+  }
+  if (r) {
+    r = check(cudaMemcpyAsync(answers.data(), device_out, count * sizeof(Answer),
+                              cudaMemcpyDeviceToHost, stream),
+              "copying " + std::to_string(count) + " answers to the host");
+  }
+  // Freed in stream order, after whatever was enqueued above.
+  const Result<void> freed = check(cudaFreeAsync(scratch, stream), "cudaFreeAsync (query scratch)");
+  if (!r) return r;
+  return freed;
+}
+
+Result<void> DeviceFilter::insert_host(std::span<const Digest> digests) {
+  detail::DeviceGuard guard(impl_->device);
+  if (auto r = guard.check(); !r) return r;
+  return impl_->run_host(digests.data(), digests.size(), nullptr);
+}
+
+Result<void> DeviceFilter::download(std::span<std::uint64_t> words) const {
+  if (words.size() != impl_->layout.bit_count / 64) {
+    return fail(ErrorCode::kInvalidArgument,
+                "CUDA backend: download into " + std::to_string(words.size()) +
+                    " words, the bitset has " + std::to_string(impl_->layout.bit_count / 64));
+  }
+  detail::DeviceGuard guard(impl_->device);
+  if (auto r = guard.check(); !r) return r;
+  return check(cudaMemcpy(words.data(), impl_->words, impl_->bytes(), cudaMemcpyDeviceToHost),
+               "downloading the bitset (" + detail::mib(impl_->bytes()) + ")");
+}
+
+Result<std::vector<std::uint64_t>> DeviceFilter::download() const {
+  std::vector<std::uint64_t> words(impl_->layout.bit_count / 64);
+  if (auto r = download(words); !r) return std::unexpected(r.error());
+  return words;
+}
+
+}  // namespace abf::cuda
