@@ -1,0 +1,305 @@
+// merge_filters and `abf merge`: the snapshots of a partition of a digest set
+// merge into the snapshot of the whole set, and every mismatch is refused.
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "abf/abf.hpp"
+#include "test_support.hpp"
+
+namespace abf {
+namespace {
+
+namespace fs = std::filesystem;
+
+Filter build(std::span<const Digest> digests, const BloomSpec& spec, std::uint64_t version = 42) {
+  auto filter = build_filter(digests, spec, version, Backend::kScalar);
+  EXPECT_TRUE(filter.has_value()) << filter.error().describe();
+  return std::move(*filter);
+}
+
+// Splits `digests` at random cut points into `parts` pieces (some may be empty).
+std::vector<std::vector<Digest>> partition(const std::vector<Digest>& digests, std::size_t parts,
+                                           std::uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::vector<std::vector<Digest>> pieces(parts);
+  for (const auto& digest : digests) pieces[random() % parts].push_back(digest);
+  return pieces;
+}
+
+MergeOptions version_option(std::uint64_t version) {
+  MergeOptions options;
+  options.catalog_version = version;
+  return options;
+}
+
+MergeOptions labels_option(std::vector<std::string> labels) {
+  MergeOptions options;
+  options.labels = std::move(labels);
+  return options;
+}
+
+void expect_same_snapshot(const Filter& merged, const Filter& whole) {
+  EXPECT_TRUE(std::ranges::equal(merged.payload(), whole.payload()));
+  EXPECT_EQ(merged.inserted_item_count(), whole.inserted_item_count());
+  EXPECT_EQ(merged.catalog_version(), whole.catalog_version());
+  EXPECT_EQ(serialize_snapshot(merged), serialize_snapshot(whole));
+}
+
+TEST(MergeFilters, PartitionMergesIntoTheWholeSetsSnapshot) {
+  for (const auto& row : test::read_tsv("vectors/builds.tsv")) {
+    const std::uint64_t members = std::stoull(row[0]);
+    const BloomSpec spec{.expected_item_count = std::stoull(row[1]),
+                         .target_fpp = test::parse_hex_float(row[2])};
+    const auto digests = test::member_digests(members);
+    const Filter whole = build(digests, spec);
+    for (const std::size_t parts : {1, 2, 3, 7}) {
+      std::vector<Filter> filters;
+      for (const auto& piece : partition(digests, parts, members + parts)) {
+        filters.push_back(build(piece, spec));
+      }
+      auto merged = merge_filters(filters);
+      ASSERT_TRUE(merged.has_value()) << merged.error().describe();
+      expect_same_snapshot(*merged, whole);
+      const auto* bytes = merged->payload().data();
+      EXPECT_EQ(sha256(std::span(bytes, merged->payload().size())).hex(), row[6]);
+    }
+  }
+}
+
+// Digests in more than one piece count once per piece (as duplicates do in
+// one build), and the bits are still the union's.
+TEST(MergeFilters, OverlappingPiecesSumTheirCounts) {
+  const auto digests = test::random_digests(3000, 1);
+  const BloomSpec spec{.expected_item_count = 10000, .target_fpp = 0.01};
+  const std::span all(digests);
+  const Filter a = build(all.subspan(0, 2000), spec);
+  const Filter b = build(all.subspan(1000, 2000), spec);
+  std::vector<Digest> both(all.begin(), all.begin() + 2000);
+  both.insert(both.end(), all.begin() + 1000, all.end());
+  auto merged = merge_filters(std::vector{a, b});
+  ASSERT_TRUE(merged.has_value());
+  expect_same_snapshot(*merged, build(both, spec));
+  EXPECT_EQ(merged->inserted_item_count(), 4000u);
+}
+
+TEST(MergeFilters, ExplicitCatalogVersionMergesDifferentVersions) {
+  const auto digests = test::random_digests(200, 2);
+  const BloomSpec spec{.expected_item_count = 200, .target_fpp = 0.01};
+  const std::span all(digests);
+  const std::vector filters{build(all.subspan(0, 100), spec, 41),
+                            build(all.subspan(100), spec, 42)};
+  auto refused = merge_filters(filters);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kIncompatibleFilters);
+  EXPECT_NE(refused.error().message.find("catalogVersion"), std::string::npos);
+
+  auto merged = merge_filters(filters, version_option(43));
+  ASSERT_TRUE(merged.has_value()) << merged.error().describe();
+  expect_same_snapshot(*merged, build(digests, spec, 43));
+}
+
+// A filter like `base` but with one header field changed.
+Filter with_info(const Filter& base, const FilterInfo& info) {
+  auto words = allocate_words(info.layout.bit_count / 64);
+  const auto source = base.words();
+  std::copy_n(source.begin(), std::min<std::size_t>(source.size(), info.layout.bit_count / 64),
+              words.get());
+  auto filter = Filter::from_words(info, std::move(words), info.layout.bit_count / 64);
+  EXPECT_TRUE(filter.has_value()) << filter.error().describe();
+  return std::move(*filter);
+}
+
+TEST(MergeFilters, RefusesEveryMismatchWithAClearError) {
+  const auto digests = test::random_digests(100, 3);
+  const BloomSpec spec{.expected_item_count = 1000, .target_fpp = 0.01};
+  const Filter base = build(digests, spec);
+  struct Case {
+    std::string field;
+    FilterInfo info;
+  };
+  std::vector<Case> cases;
+  FilterInfo info = base.info();
+  info.layout.bit_count += 64;
+  cases.push_back({"bitCount", info});
+  info = base.info();
+  info.layout.hash_count += 1;
+  cases.push_back({"hashCount", info});
+  info = base.info();
+  info.spec.expected_item_count += 1;
+  cases.push_back({"expectedItemCount", info});
+  info = base.info();
+  info.spec.target_fpp = std::nextafter(info.spec.target_fpp, 1.0);  // one ulp
+  cases.push_back({"targetFpp", info});
+  info = base.info();
+  info.catalog_version += 1;
+  cases.push_back({"catalogVersion", info});
+
+  for (const auto& c : cases) {
+    const Filter other = with_info(base, c.info);
+    for (const bool other_first : {false, true}) {
+      const std::vector filters =
+          other_first ? std::vector{other, base, base} : std::vector{base, base, other};
+      auto merged = merge_filters(filters, labels_option({"a.abf", "b.abf", "c.abf"}));
+      ASSERT_FALSE(merged.has_value()) << c.field;
+      EXPECT_EQ(merged.error().code, ErrorCode::kIncompatibleFilters) << c.field;
+      const auto& message = merged.error().message;
+      EXPECT_NE(message.find(c.field), std::string::npos) << message;
+      EXPECT_NE(message.find(other_first ? "b.abf" : "c.abf"), std::string::npos) << message;
+      EXPECT_NE(message.find("a.abf"), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(MergeFilters, RefusesASumAboveCapacity) {
+  const auto digests = test::random_digests(101, 4);
+  const BloomSpec spec{.expected_item_count = 100, .target_fpp = 0.01};
+  const std::span all(digests);
+  const std::vector filters{build(all.subspan(0, 60), spec), build(all.subspan(60, 40), spec),
+                            build(all.subspan(100, 1), spec)};
+  auto exactly_full = merge_filters(std::span(filters).first(2));
+  ASSERT_TRUE(exactly_full.has_value());
+  EXPECT_EQ(exactly_full->inserted_item_count(), 100u);
+  auto merged = merge_filters(filters);
+  ASSERT_FALSE(merged.has_value());
+  EXPECT_EQ(merged.error().code, ErrorCode::kCapacityExceeded);
+  EXPECT_NE(merged.error().message.find("input 3"), std::string::npos) << merged.error().message;
+}
+
+TEST(MergeFilters, RefusesNoInputsAndMislabelledInputs) {
+  auto none = merge_filters({});
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.error().code, ErrorCode::kInvalidArgument);
+  const Filter one =
+      build(test::random_digests(5, 5), {.expected_item_count = 5, .target_fpp = 0.1});
+  auto labels = merge_filters(std::vector{one, one}, labels_option({"only-one"}));
+  ASSERT_FALSE(labels.has_value());
+  EXPECT_EQ(labels.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST(MergeFilters, OneInputIsACopy) {
+  const Filter one =
+      build(test::random_digests(50, 6), {.expected_item_count = 50, .target_fpp = 0.1});
+  auto merged = merge_filters(std::vector{one});
+  ASSERT_TRUE(merged.has_value());
+  expect_same_snapshot(*merged, one);
+}
+
+// ---- abf merge, end to end through the binary --------------------------
+
+class MergeCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(ABF_CLI)) GTEST_SKIP() << "no abf binary at " << ABF_CLI;
+    dir_ = fs::temp_directory_path() /
+           ("abf-merge-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  std::string save(const Filter& filter, const std::string& name) {
+    const auto path = dir_ / name;
+    EXPECT_TRUE(save_snapshot(filter, path).has_value());
+    return path.string();
+  }
+
+  void write_bytes(const std::string& name, const std::vector<std::uint8_t>& bytes) {
+    std::ofstream out(dir_ / name, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+
+  // Runs `abf <arguments>`; returns the exit status, stderr in `errors`.
+  int abf(const std::string& arguments, std::string* errors = nullptr) {
+    const auto err = dir_ / "stderr.txt";
+    const std::string command = std::string(ABF_CLI) + " " + arguments + " > " +
+                                (dir_ / "stdout.txt").string() + " 2> " + err.string();
+    const int status = std::system(command.c_str());
+    if (errors != nullptr) *errors = test::read_file(err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(MergeCommand, MergedPartitionIsTheWholeSnapshotByteForByte) {
+  const auto digests = test::random_digests(5000, 7);
+  const BloomSpec spec{.expected_item_count = 5000, .target_fpp = 0.001};
+  std::string inputs;
+  std::size_t index = 0;
+  for (const auto& piece : partition(digests, 4, 8)) {
+    inputs += save(build(piece, spec), "part-" + std::to_string(index++) + ".abf") + " ";
+  }
+  const auto out = (dir_ / "merged.abf").string();
+  std::string errors;
+  ASSERT_EQ(abf("merge " + inputs + "--output " + out, &errors), 0) << errors;
+  EXPECT_EQ(test::read_file(out), test::read_file(save(build(digests, spec), "whole.abf")));
+
+  // --catalog-version names the result's version.
+  ASSERT_EQ(
+      abf("merge " + inputs + "--output " + out + " --catalog-version 43 --threads 1", &errors), 0)
+      << errors;
+  EXPECT_EQ(test::read_file(out), test::read_file(save(build(digests, spec, 43), "v43.abf")));
+}
+
+TEST_F(MergeCommand, MismatchFailsAndLeavesNoOutput) {
+  const auto digests = test::random_digests(100, 9);
+  const auto a = save(build(digests, {.expected_item_count = 100, .target_fpp = 0.01}), "a.abf");
+  const auto b = save(build(digests, {.expected_item_count = 101, .target_fpp = 0.01}), "b.abf");
+  const auto out = dir_ / "merged.abf";
+  std::string errors;
+  EXPECT_EQ(abf("merge " + a + " " + b + " --output " + out.string(), &errors), 1);
+  EXPECT_NE(errors.find("incompatible_filters"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("b.abf"), std::string::npos) << errors;
+  EXPECT_FALSE(fs::exists(out));
+
+  // Over capacity.
+  EXPECT_EQ(abf("merge " + a + " " + a + " --output " + out.string(), &errors), 1);
+  EXPECT_NE(errors.find("capacity_exceeded"), std::string::npos) << errors;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A snapshot of another hashProtocolVersion puts its bits elsewhere: it is
+// refused when loaded, before any merging, with the file named.
+TEST_F(MergeCommand, RefusesAnotherHashProtocolVersion) {
+  const auto digests = test::random_digests(100, 10);
+  const Filter filter = build(digests, {.expected_item_count = 100, .target_fpp = 0.01});
+  const auto a = save(filter, "a.abf");
+  auto bytes = serialize_snapshot(filter);
+  const std::uint32_t protocol = 2;
+  std::memcpy(bytes.data() + 8, &protocol, 4);
+  const std::uint64_t checksum = XXH3_64bits(bytes.data(), 72);
+  std::memcpy(bytes.data() + 72, &checksum, 8);
+  write_bytes("v2.abf", bytes);
+  const auto out = dir_ / "merged.abf";
+  std::string errors;
+  EXPECT_EQ(
+      abf("merge " + a + " " + (dir_ / "v2.abf").string() + " --output " + out.string(), &errors),
+      1);
+  EXPECT_NE(errors.find("v2.abf"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("hash_protocol"), std::string::npos) << errors;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(MergeCommand, UsageErrorsExitTwo) {
+  EXPECT_EQ(abf("merge --output x.abf"), 2);  // no inputs
+  EXPECT_EQ(abf("merge " + (dir_ / "missing.abf").string() + " --output x.abf"), 2);
+}
+
+}  // namespace
+}  // namespace abf
