@@ -308,8 +308,6 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   sqlite3* db = state->db.get();
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, options.busy_timeout_ms);
-  const std::string cache = "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
-  if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok) return std::unexpected(ok.error());
 
   // Is it an abf catalog, and of our schema version? Reading the header
   // also reports "not a database" and "locked" here, at open.
@@ -353,6 +351,8 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
                       std::to_string(kCatalogSchemaVersion));
     }
   }
+  const std::string cache = "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
+  if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok) return std::unexpected(ok.error());
   for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 6>{{
            {&State::exists, kExistsSql},
            {&State::live, kLiveSql},

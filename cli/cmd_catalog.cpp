@@ -1,0 +1,127 @@
+// abf catalog: keep the exact store, a versioned SQLite catalog of digests.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "abf/abf.hpp"
+#include "abf/service/sqlite_catalog.hpp"
+#include "command.hpp"
+#include "common.hpp"
+
+namespace abf::cli {
+namespace {
+
+struct CatalogOptions {
+  std::string db;
+  std::string input = "-";
+  std::string input_format = "hex";
+  bool json = false;
+};
+
+int run_init(const CatalogOptions& options) {
+  auto catalog = service::SqliteCatalog::create(options.db);
+  if (!catalog) return report("catalog init", catalog.error());
+  std::cerr << "abf catalog init: created " << options.db << " (catalog version 0, empty)\n";
+  return kExitOk;
+}
+
+int run_change(const CatalogOptions& options, bool adding) {
+  const char* name = adding ? "catalog add" : "catalog remove";
+  auto format = parse_input_format(options.input_format);
+  if (!format) return report(name, format.error());
+  auto catalog = service::SqliteCatalog::open(options.db);
+  if (!catalog) return report(name, catalog.error());
+  auto reader = DigestReader::open(options.input, *format);
+  if (!reader) return report(name, reader.error());
+  auto change = adding ? catalog->add(*reader) : catalog->remove(*reader);
+  if (!change) return report(name, change.error());
+  std::cout << change->version << '\n';
+  std::cerr << "abf " << name << ": catalog version " << change->version << ": "
+            << with_commas(change->changed) << (adding ? " added, " : " removed, ")
+            << with_commas(change->unchanged)
+            << (adding ? " already present" : " not present") << " (of "
+            << with_commas(change->requested) << " read)\n";
+  return kExitOk;
+}
+
+int run_stats(const CatalogOptions& options) {
+  service::CatalogOpenOptions open_options;
+  open_options.read_only = true;
+  auto catalog = service::SqliteCatalog::open(options.db, open_options);
+  if (!catalog) return report("catalog stats", catalog.error());
+  auto stats = catalog->stats();
+  if (!stats) return report("catalog stats", stats.error());
+  if (options.json) {
+    const nlohmann::ordered_json json = {
+        {"path", options.db},
+        {"schemaVersion", stats->schema_version},
+        {"latestVersion", stats->latest_version},
+        {"versionCount", stats->version_count},
+        {"liveArtifacts", stats->live_artifacts},
+        {"artifactRows", stats->artifact_rows},
+        {"removedRows", stats->removed_rows},
+        {"fileBytes", stats->file_bytes},
+    };
+    std::cout << json.dump(2) << '\n';
+  } else {
+    std::cout << "catalog          " << options.db << '\n'
+              << "schema version   " << stats->schema_version << '\n'
+              << "latest version   " << stats->latest_version << '\n'
+              << "versions         " << with_commas(stats->version_count) << '\n'
+              << "live artifacts   " << with_commas(stats->live_artifacts) << '\n'
+              << "artifact rows    " << with_commas(stats->artifact_rows) << " ("
+              << with_commas(stats->removed_rows) << " closed by a remove)\n"
+              << "file size        " << with_commas(stats->file_bytes) << " bytes\n";
+  }
+  return kExitOk;
+}
+
+void add_input_options(CLI::App& app, CatalogOptions& options) {
+  app.add_option("--input,-i", options.input, "Digest file, or - for standard input (default -)");
+  app.add_option("--input-format,-f", options.input_format, "hex or bin (default hex)")
+      ->check(CLI::IsMember({"hex", "bin"}));
+}
+
+Command add_catalog_command(CLI::App& root) {
+  auto options = std::make_shared<CatalogOptions>();
+  CLI::App* app = root.add_subcommand(
+      "catalog", "Keep the exact store: a versioned SQLite catalog of artifact digests");
+  app->require_subcommand(1);
+  app->footer(
+      "Every add or remove is one new catalog version (printed on stdout); nothing is ever\n"
+      "deleted, so a snapshot can be built for any version (abf build --from-catalog).\n"
+      "A malformed digest anywhere in the input rolls the whole change back.\n"
+      "Examples:\n"
+      "  abf catalog init --db catalog.db\n"
+      "  abf catalog add --db catalog.db --input digests.txt\n"
+      "  abf catalog remove --db catalog.db -f bin --input gone.bin\n"
+      "  abf catalog stats --db catalog.db --json");
+  CLI::App* init = app->add_subcommand("init", "Create a new, empty catalog (version 0)");
+  init->add_option("--db", options->db, "Catalog database to create (never overwritten)")
+      ->required();
+  CLI::App* add = app->add_subcommand("add", "Add digests as one new catalog version");
+  add->add_option("--db", options->db, "Catalog database")->required();
+  add_input_options(*add, *options);
+  CLI::App* remove = app->add_subcommand("remove", "Remove digests as one new catalog version");
+  remove->add_option("--db", options->db, "Catalog database")->required();
+  add_input_options(*remove, *options);
+  CLI::App* stats = app->add_subcommand("stats", "Print the catalog's versions and counts");
+  stats->add_option("--db", options->db, "Catalog database")->required();
+  stats->add_flag("--json", options->json, "Print JSON");
+  return {app, [options, init, add, remove, stats] {
+            if (init->parsed()) return run_init(*options);
+            if (add->parsed()) return run_change(*options, true);
+            if (remove->parsed()) return run_change(*options, false);
+            if (stats->parsed()) return run_stats(*options);
+            return kExitUsage;
+          }};
+}
+
+}  // namespace
+
+ABF_REGISTER_COMMAND(60, add_catalog_command);
+
+}  // namespace abf::cli

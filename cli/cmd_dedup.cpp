@@ -1,0 +1,311 @@
+// abf dedup: the bulk dedup job. Prints the input digests that are not in the
+// catalog at the snapshot's version; the filter proves most of them absent,
+// and only its `Maybe` answers cost a SQLite lookup. Also the second part of
+// `abf demo` (dedup_demo.hpp).
+#include <stdlib.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "abf/abf.hpp"
+#include "abf/service/service.hpp"
+#include "abf/service/sqlite_catalog.hpp"
+#include "command.hpp"
+#include "common.hpp"
+#include "dedup_demo.hpp"
+
+namespace abf::cli {
+namespace {
+
+struct DedupOptions {
+  std::string snapshot;
+  std::string db;
+  std::string input = "-";
+  std::string input_format = "hex";
+  std::string output = "-";
+  std::string stats_json;
+  std::string backend = "auto";
+  bool exact_only = false;
+  unsigned threads = 0;
+};
+
+void append_hex_line(std::string& out, const Digest& digest) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char line[65];
+  for (std::size_t i = 0; i < Digest::kSize; ++i) {
+    line[2 * i] = kHex[digest.bytes[i] >> 4];
+    line[2 * i + 1] = kHex[digest.bytes[i] & 15];
+  }
+  line[64] = '\n';
+  out.append(line, sizeof line);
+}
+
+nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filter_used) {
+  const service::BatchCounts& c = report.counts;
+  return {
+      {"catalogVersion", report.catalog_version},
+      {"filter", filter_used},
+      {"total", c.total},
+      {"new", c.total - c.present},
+      {"present", c.present},
+      {"negative", c.negative},
+      {"maybe", c.maybe},
+      {"falsePositives", c.false_positive},
+      {"exactLookups", c.exact_lookups},
+      {"exactLookupsAvoided", c.lookups_avoided()},
+      {"negativeBypassRatio", c.negative_bypass_ratio()},
+      {"observedFalsePositiveRate", c.observed_false_positive_rate()},
+      {"falseDiscoveryRatio", c.false_discovery_ratio()},
+      {"seconds", report.seconds},
+  };
+}
+
+int run_dedup(const DedupOptions& options) {
+  apply_threads(options.threads);
+  auto format = parse_input_format(options.input_format);
+  if (!format) return report("dedup", format.error());
+  auto backend = parse_backend(options.backend);
+  if (!backend) return report("dedup", backend.error());
+
+  service::Metrics metrics;
+  service::SnapshotPublisher publisher(&metrics);
+  auto snapshot = publisher.load_and_publish(options.snapshot);
+  if (!snapshot) return report("dedup", snapshot.error());
+  service::CatalogOpenOptions open_options;
+  open_options.read_only = true;  // dedup never changes the catalog
+  auto catalog = service::SqliteCatalog::open(options.db, open_options);
+  if (!catalog) return report("dedup", catalog.error());
+  auto latest = catalog->latest_version();
+  if (!latest) return report("dedup", latest.error());
+  const std::uint64_t version = (*snapshot)->catalog_version();
+  if (version > *latest) {
+    return report("dedup", Error{ErrorCode::kInvalidArgument,
+                                 "snapshot " + options.snapshot + " is of catalog version " +
+                                     std::to_string(version) + ", but catalog " + options.db +
+                                     " only reaches version " + std::to_string(*latest) +
+                                     " (a snapshot of another catalog?)"});
+  }
+  auto reader = DigestReader::open(options.input, *format);
+  if (!reader) return report("dedup", reader.error());
+  auto output = AtomicFile::create(options.output);
+  if (!output) return report("dedup", output.error());
+
+  service::ServiceOptions service_options;
+  service_options.use_filter = !options.exact_only;
+  service_options.backend = *backend;
+  const service::ArtifactExistenceService service(publisher, *catalog, &metrics, service_options);
+  std::string text;
+  Progress progress("dedup", reader->size_hint(), "bytes");
+  auto result = service::bulk_dedup(service, *reader, [&](std::span<const Digest> absent) {
+    text.clear();
+    for (const Digest& digest : absent) append_hex_line(text, digest);
+    progress.update(reader->bytes_read());
+    return output->write(text);
+  });
+  if (!result) return report("dedup", result.error());
+
+  const auto json = stats_json(*result, !options.exact_only);
+  if (!options.stats_json.empty()) {
+    auto file = AtomicFile::create(options.stats_json);
+    if (!file) return report("dedup", file.error());
+    if (auto wrote = file->write(json.dump(2) + "\n"); !wrote) return report("dedup", wrote.error());
+    if (auto done = file->commit(); !done) return report("dedup", done.error());
+  }
+  if (auto committed = output->commit(); !committed) return report("dedup", committed.error());
+  std::cerr << "abf dedup: catalog version " << version << ", " << (options.exact_only ? "exact store only" : "filter in front")
+            << ", " << result->seconds << " s\n";
+  for (const auto& [key, value] : json.items()) {
+    if (key == "catalogVersion" || key == "filter" || key == "seconds") continue;
+    std::cerr << "  " << key << ' ' << value.dump() << '\n';
+  }
+  return kExitOk;
+}
+
+Command add_dedup_command(CLI::App& root) {
+  auto options = std::make_shared<DedupOptions>();
+  CLI::App* app = root.add_subcommand(
+      "dedup", "Print the input digests not in the catalog (bulk dedup through the filter)");
+  app->footer(
+      "Output: one lowercase hex digest per line, in input order: the input digests absent from\n"
+      "the catalog at the snapshot's catalog version. The filter proves most of them absent;\n"
+      "each `Maybe` costs one SQLite lookup, so the output always equals the catalog's answer.\n"
+      "Counts go to stderr and, with --stats-json, to a JSON file: total, negative, maybe,\n"
+      "falsePositives, exactLookups, exactLookupsAvoided, negativeBypassRatio,\n"
+      "observedFalsePositiveRate, falseDiscoveryRatio. Nothing is written on error.\n"
+      "Examples:\n"
+      "  abf dedup --snapshot c.abf --db catalog.db --input candidates.txt > new.txt\n"
+      "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
+      "  abf dedup -s c.abf --db catalog.db -i cand.txt --exact-only   (the baseline)");
+  app->add_option("--snapshot,-s", options->snapshot, "ABF1 snapshot built from the catalog")
+      ->required();
+  app->add_option("--db", options->db, "Catalog database (opened read-only)")->required();
+  app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
+  app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")
+      ->check(CLI::IsMember({"hex", "bin"}));
+  app->add_option("--output,-o", options->output,
+                  "Where to write the new digests (atomically), - for standard output (default -)");
+  app->add_option("--stats-json", options->stats_json, "Also write the counts as JSON here");
+  app->add_option("--backend", options->backend, "Filter engine: auto, scalar, simd or cuda")
+      ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
+  app->add_flag("--exact-only", options->exact_only,
+                "Ask SQLite for every candidate, filter unused (the baseline; same output)");
+  add_threads_option(*app, options->threads);
+  return {app, [options] { return run_dedup(*options); }};
+}
+
+// ---------------------------------------------------------------------------
+// The demo.
+
+std::vector<Digest> generate(const std::string& prefix, std::uint64_t count) {
+  std::vector<Digest> digests(count);
+  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, count, 4096),
+                    [&](const tbb::blocked_range<std::uint64_t>& range) {
+                      for (auto i = range.begin(); i != range.end(); ++i) {
+                        digests[i] = sha256(prefix + std::to_string(i));
+                      }
+                    });
+  return digests;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string fixed(double value, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+int run_dedup_demo(std::ostream& out) {
+  constexpr std::uint64_t kCatalogSize = 1'000'000;
+  constexpr std::uint64_t kCandidates = 1'000'000;
+  constexpr std::uint64_t kKnownEvery = 100;  // 1% of the candidates are in the catalog
+  constexpr double kFpp = 0.01;
+  const char* command = "demo";
+
+  TempDir dir;
+  {
+    std::string pattern = (std::filesystem::temp_directory_path() / "abf-dedup-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return report(command, Error{ErrorCode::kIo, "cannot create a temporary directory"});
+    }
+    dir.path = pattern;
+  }
+  const auto db_path = dir.path / "catalog.db";
+  const auto snapshot_path = dir.path / "catalog.abf";
+
+  out << "\nPart 2: bulk dedup against the exact store, a SQLite catalog\n";
+  const std::vector<Digest> members = generate("catalog:", kCatalogSize);
+  auto start = std::chrono::steady_clock::now();
+  auto catalog = service::SqliteCatalog::create(db_path);
+  if (!catalog) return report(command, catalog.error());
+  auto added = catalog->add(members);
+  if (!added) return report(command, added.error());
+  std::error_code ec;
+  out << "  catalog       " << with_commas(kCatalogSize) << " digests SHA-256(\"catalog:<i>\") as version "
+      << added->version << ", written in " << fixed(seconds_since(start), 2) << " s ("
+      << with_commas(std::filesystem::file_size(db_path, ec)) << " bytes of SQLite)\n";
+
+  start = std::chrono::steady_clock::now();
+  auto filter = service::build_filter_from_catalog(
+      *catalog, added->version, BloomSpec{.expected_item_count = kCatalogSize, .target_fpp = kFpp});
+  if (!filter) return report(command, filter.error());
+  if (auto saved = save_snapshot(*filter, snapshot_path); !saved) return report(command, saved.error());
+  service::Metrics metrics;
+  service::SnapshotPublisher publisher(&metrics);
+  auto published = publisher.load_and_publish(snapshot_path);
+  if (!published) return report(command, published.error());
+  out << "  snapshot      catalog version " << filter->catalog_version() << ", m = "
+      << with_commas(filter->bit_count()) << " bits, k = " << filter->hash_count()
+      << ", fpp " << kFpp << ": built from the catalog, saved and published in "
+      << fixed(seconds_since(start), 2) << " s\n";
+
+  // Candidates: every 100th is a catalog member, the rest are new.
+  std::string candidates(kCandidates * Digest::kSize, '\0');
+  {
+    const std::vector<Digest> fresh = generate("candidate:", kCandidates);
+    for (std::uint64_t i = 0; i < kCandidates; ++i) {
+      const Digest& digest = i % kKnownEvery == 0 ? members[(i / kKnownEvery * 7919) % kCatalogSize]
+                                                  : fresh[i];
+      std::memcpy(candidates.data() + i * Digest::kSize, digest.bytes.data(), Digest::kSize);
+    }
+  }
+  out << "  candidates    " << with_commas(kCandidates) << ", of which "
+      << with_commas(kCandidates - kCandidates / kKnownEvery) << " new (99%)\n";
+
+  struct Run {
+    service::DedupReport report;
+    std::vector<Digest> absent;
+  };
+  const auto run = [&](bool use_filter) -> Result<Run> {
+    service::ServiceOptions options;
+    options.use_filter = use_filter;
+    const service::ArtifactExistenceService service(publisher, *catalog, &metrics, options);
+    auto reader = DigestReader::from_memory(candidates, InputFormat::kBinary, "candidates");
+    Run result;
+    result.absent.reserve(kCandidates);
+    auto report = service::bulk_dedup(service, reader, [&](std::span<const Digest> absent) -> Result<void> {
+      result.absent.insert(result.absent.end(), absent.begin(), absent.end());
+      return {};
+    });
+    if (!report) return std::unexpected(report.error());
+    result.report = *report;
+    return result;
+  };
+  auto filtered = run(true);
+  if (!filtered) return report(command, filtered.error());
+  auto exact = run(false);
+  if (!exact) return report(command, exact.error());
+
+  const service::BatchCounts& f = filtered->report.counts;
+  const service::BatchCounts& e = exact->report.counts;
+  out << "  with filter   " << fixed(filtered->report.seconds, 3) << " s: "
+      << with_commas(f.negative) << " proved absent by the filter, " << with_commas(f.maybe)
+      << " maybe -> " << with_commas(f.exact_lookups) << " SQLite lookups ("
+      << fixed(100.0 * static_cast<double>(f.exact_lookups) / static_cast<double>(f.total), 2)
+      << "% of candidates), " << with_commas(f.false_positive) << " false positives\n";
+  out << "                negativeBypassRatio " << fixed(f.negative_bypass_ratio(), 4)
+      << ", observedFalsePositiveRate " << fixed(f.observed_false_positive_rate(), 5)
+      << " (resolution ~" << fixed(1.0 / std::sqrt(static_cast<double>(f.negative + f.false_positive) * kFpp) * 100, 1)
+      << "% relative), falseDiscoveryRatio " << fixed(f.false_discovery_ratio(), 4) << "\n";
+  out << "  SQLite only   " << fixed(exact->report.seconds, 3) << " s: "
+      << with_commas(e.exact_lookups) << " SQLite lookups\n";
+  const bool same = filtered->absent == exact->absent;
+  out << "  same output   " << (same ? "yes" : "NO") << ": " << with_commas(filtered->absent.size())
+      << " new digests either way\n";
+  const double saved_seconds = exact->report.seconds - filtered->report.seconds;
+  out << "  saved         " << with_commas(e.exact_lookups - f.exact_lookups)
+      << " SQLite lookups avoided, " << fixed(saved_seconds, 3) << " s saved ("
+      << fixed(exact->report.seconds / filtered->report.seconds, 1) << "x faster)\n";
+  if (!same) {
+    return report(command, Error{ErrorCode::kInvalidArgument,
+                                 "the filtered dedup disagrees with the exact store (a bug)"});
+  }
+  return kExitOk;
+}
+
+ABF_REGISTER_COMMAND(65, add_dedup_command);
+
+}  // namespace abf::cli
