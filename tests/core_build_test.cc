@@ -1,0 +1,179 @@
+// Whole builds (PROTOCOL.md sections 5 and 6) against builds.tsv, and the
+// design's own checks: no false negatives, the modeled rate holds, capacity
+// and determinism.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "abf/abf.hpp"
+#include "test_support.hpp"
+
+namespace abf {
+namespace {
+
+const std::vector<Digest>& non_members() {
+  static const std::vector<Digest> digests = [] {
+    std::vector<Digest> all;
+    for (std::uint64_t i = 0; i < 100'000; ++i) all.push_back(test::non_member_digest(i));
+    return all;
+  }();
+  return digests;
+}
+
+std::vector<std::uint64_t> maybe_indices(const Filter& filter, Backend backend) {
+  std::vector<Answer> answers(non_members().size());
+  EXPECT_TRUE(filter.query(non_members(), answers, backend).has_value());
+  std::vector<std::uint64_t> indices;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i] == Answer::kMaybe) indices.push_back(i);
+  }
+  return indices;
+}
+
+TEST(Build, MatchesEveryGoldenBuild) {
+  const auto rows = test::read_tsv("vectors/builds.tsv");
+  ASSERT_GE(rows.size(), 6u);
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.size(), 8u);
+    SCOPED_TRACE("members = " + row[0] + ", n = " + row[1]);
+    const auto members = test::member_digests(std::stoull(row[0]));
+    const BloomSpec spec{std::stoull(row[1]), test::parse_hex_float(row[2])};
+    for (const Backend backend : {Backend::kScalar, Backend::kSimd}) {
+      SCOPED_TRACE(std::string(to_string(backend)));
+      auto filter = build_filter(members, spec, 0, backend);
+      ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+      EXPECT_EQ(filter->bit_count(), std::stoull(row[3]));
+      EXPECT_EQ(filter->hash_count(), std::stoul(row[4]));
+      EXPECT_EQ(filter->popcount(), std::stoull(row[5]));
+      EXPECT_EQ(sha256(filter->payload()).hex(), row[6]);
+      EXPECT_EQ(filter->inserted_item_count(), members.size());
+      const auto expected = test::split_numbers(row[7]);
+      EXPECT_EQ(maybe_indices(*filter, Backend::kScalar), expected);
+      EXPECT_EQ(maybe_indices(*filter, Backend::kSimd), expected);
+    }
+  }
+}
+
+TEST(Build, HasNoFalseNegatives) {
+  const auto members = test::random_digests(50'000, 7);
+  auto filter = build_filter(members, {50'000, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  std::vector<Answer> answers(members.size());
+  for (const Backend backend : {Backend::kScalar, Backend::kSimd}) {
+    ASSERT_TRUE(filter->query(members, answers, backend).has_value());
+    EXPECT_EQ(std::ranges::count(answers, Answer::kDefinitelyNot), 0);
+  }
+  for (const Digest& digest : members) ASSERT_TRUE(filter->might_contain(digest));
+}
+
+TEST(Build, ObservedRateStaysWithinFiveSigmaOfTheModel) {
+  // n = 20,000, p = 0.01, 200,000 absent probes: resolution 5e-6 per probe.
+  const auto members = test::random_digests(20'000, 11);
+  auto filter = build_filter(members, {20'000, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  const auto absent = test::random_digests(200'000, 12);
+  std::vector<Answer> answers(absent.size());
+  ASSERT_TRUE(filter->query(absent, answers).has_value());
+  const double observed =
+      static_cast<double>(std::ranges::count(answers, Answer::kMaybe)) / absent.size();
+  const double model = filter->estimate_false_positive_rate();
+  const double sigma = std::sqrt(model * (1 - model) / absent.size());
+  EXPECT_LE(observed, model + 5 * sigma) << "model " << model << ", sigma " << sigma;
+  EXPECT_GT(observed, 0.0);  // a filter answering `absent` to everything would pass the bound
+  EXPECT_NEAR(filter->fill_ratio(), 0.5, 0.02);
+}
+
+TEST(Build, RejectsMoreDigestsThanExpected) {
+  const auto digests = test::random_digests(101, 3);
+  auto filter = build_filter(digests, {100, 0.01});
+  ASSERT_FALSE(filter.has_value());
+  EXPECT_EQ(filter.error().code, ErrorCode::kCapacityExceeded);
+}
+
+TEST(Build, ChecksTheSpecBeforeCapacity) {
+  const auto digests = test::random_digests(10, 3);
+  EXPECT_EQ(build_filter(digests, {5, 1.5}).error().code, ErrorCode::kInvalidFalsePositiveRate);
+  EXPECT_EQ(build_filter(digests, {(1ull << 30) + 1, 0.1}).error().code,
+            ErrorCode::kInvalidExpectedItemCount);
+}
+
+TEST(Build, BuilderDetectsCapacityWhileStreamingAndKeepsEarlierChunks) {
+  auto builder = FilterBuilder::create({10, 0.01});
+  ASSERT_TRUE(builder.has_value());
+  const auto digests = test::random_digests(11, 5);
+  ASSERT_TRUE(builder->add(std::span(digests).first(6)).has_value());
+  const auto over = builder->add(std::span(digests).subspan(6));
+  ASSERT_FALSE(over.has_value());
+  EXPECT_EQ(over.error().code, ErrorCode::kCapacityExceeded);
+  EXPECT_EQ(builder->inserted_item_count(), 6u);
+  ASSERT_TRUE(builder->add(std::span(digests).subspan(6, 4)).has_value());
+  EXPECT_EQ(builder->inserted_item_count(), 10u);
+}
+
+TEST(Build, EmptyInputBuildsAnEmptyFilter) {
+  auto filter = build_filter({}, {1000, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  EXPECT_EQ(filter->popcount(), 0u);
+  EXPECT_EQ(filter->inserted_item_count(), 0u);
+  EXPECT_EQ(filter->estimate_false_positive_rate(), 0.0);
+}
+
+TEST(Build, CountsDuplicatesAsInserted) {
+  const auto one = test::random_digests(1, 9);
+  const std::vector<Digest> twice = {one[0], one[0]};
+  auto filter = build_filter(twice, {10, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  EXPECT_EQ(filter->inserted_item_count(), 2u);
+}
+
+TEST(Build, SameInputAndSpecGiveTheSameBytesInAnyOrderOnAnyBackend) {
+  auto digests = test::random_digests(30'000, 21);
+  const BloomSpec spec{40'000, 0.001};
+  auto reference = build_filter(digests, spec, 7, Backend::kScalar);
+  ASSERT_TRUE(reference.has_value());
+  const auto expected = serialize_snapshot(*reference);
+  std::mt19937_64 rng(5);
+  for (const Backend backend : {Backend::kScalar, Backend::kSimd, Backend::kAuto}) {
+    std::ranges::shuffle(digests, rng);
+    auto filter = build_filter(digests, spec, 7, backend);
+    ASSERT_TRUE(filter.has_value());
+    EXPECT_EQ(serialize_snapshot(*filter), expected) << to_string(backend);
+  }
+}
+
+TEST(Query, RejectsAnAnswerBufferShorterThanTheBatch) {
+  auto filter = build_filter({}, {10, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  const auto digests = test::random_digests(3, 1);
+  std::vector<Answer> answers(2);
+  EXPECT_EQ(filter->query(digests, answers).error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST(Query, CudaWithoutADeviceIsAClearError) {
+  if (backend_available(Backend::kCuda)) GTEST_SKIP() << "a CUDA device is present";
+  auto filter = build_filter({}, {10, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  const auto digests = test::random_digests(3, 1);
+  std::vector<Answer> answers(3);
+  const auto result = filter->query(digests, answers, Backend::kCuda);
+  ASSERT_FALSE(result.has_value());
+  EXPECT_EQ(result.error().code, ErrorCode::kBackendUnavailable);
+}
+
+TEST(Backend, ParsesNamesAndHonoursTheEnvironment) {
+  EXPECT_EQ(parse_backend("simd").value(), Backend::kSimd);
+  EXPECT_EQ(parse_backend("gpu").error().code, ErrorCode::kInvalidArgument);
+  ::setenv("ABF_BACKEND", "scalar", 1);
+  EXPECT_EQ(resolve_backend(Backend::kAuto, 10).value(), Backend::kScalar);
+  EXPECT_EQ(resolve_backend(Backend::kSimd, 10).value(), Backend::kSimd);
+  ::setenv("ABF_BACKEND", "bogus", 1);
+  EXPECT_EQ(resolve_backend(Backend::kAuto, 10).error().code, ErrorCode::kInvalidArgument);
+  ::unsetenv("ABF_BACKEND");
+  EXPECT_NE(resolve_backend(Backend::kAuto, 10).value(), Backend::kAuto);
+}
+
+}  // namespace
+}  // namespace abf
