@@ -77,7 +77,7 @@ struct ModVectors {
 template <class D>
 HWY_INLINE hn::VFromD<D> ModM(D d, hn::VFromD<D> x, const ModVectors<D>& c) {
   const hn::Rebind<double, D> df;
-  const auto two52 = hn::Set(df, 4503599627370496.0);                  // 2^52
+  const auto two52 = hn::Set(df, 4503599627370496.0);                     // 2^52
   const auto two52_bits = hn::Set(d, std::uint64_t{0x4330000000000000});  // bits of 2^52
   const auto low52 = hn::Set(d, (std::uint64_t{1} << 52) - 1);
 
@@ -148,29 +148,36 @@ HWY_INLINE void ComputeStarts(const simd::ModConstants& constants, const Digest*
 // in one pass, with prefetch ahead; the digests still Maybe are compacted to
 // the front and advance to their next probe, so an absent digest costs about
 // 1 / (1 - fill) memory accesses (2 at the optimum), not k, and no branch
-// depends on a bit of the filter.
+// depends on a bit of the filter. When most digests survive a round (a batch
+// of members), compaction no longer pays: the survivors then run their
+// remaining probes straight through, one digest at a time, without a branch.
+//
+// The loops are scalar on purpose: the bit test needs one load per probe,
+// and AVX2 / AVX-512 hardware gathers measured 3x (absent) to 7x (present)
+// slower here than these loads (docs/performance.md); the vector work is the
+// index computation.
 HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstants& constants,
                            const Digest* digests, std::size_t count, Answer* answers,
                            simd::detail::BlockState& block) {
   using simd::detail::kPositionMask;
   using simd::detail::kPrefetchDistance;
-  std::uint64_t* state = block.state;
-  std::uint64_t* step = block.step;
-  const hn::ScalableTag<std::uint64_t> d;
-  ComputeStarts(constants, digests, count, step, [state](auto dn, std::size_t i, auto first) {
+  std::uint64_t* HWY_RESTRICT state = block.state;
+  const std::uint64_t* HWY_RESTRICT step = block.step;  // by digest index, never moved
+  ComputeStarts(constants, digests, count, block.step, [state](auto dn, std::size_t i, auto first) {
     // Digest index i + lane in the high half of each state word.
     hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))), dn,
                state + i);
   });
-  (void)d;
   std::fill(state + count, state + count + kPrefetchDistance, std::uint64_t{0});
   std::fill(answers, answers + count, Answer::kDefinitelyNot);
 
-  const std::uint64_t* words = view.words;
+  const std::uint64_t* HWY_RESTRICT words = view.words;
   const std::uint64_t m = view.bit_count;
+  const std::uint32_t k = view.hash_count;
   const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
   std::size_t active = count;
-  for (std::uint32_t round = 0; round < view.hash_count && active != 0; ++round) {
+  std::uint32_t round = 0;
+  while (round < k && active != 0) {
     if (prefetch) {
       for (std::size_t t = 0; t < std::min(active, kPrefetchDistance); ++t) {
         hwy::Prefetch(words + ((state[t] & kPositionMask) >> 6));
@@ -183,16 +190,31 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
       const std::uint64_t s = state[t];
       const std::uint64_t position = s & kPositionMask;
       const std::uint64_t bit = (words[position >> 6] >> (position & 63)) & 1;
-      const std::uint64_t st = step[t];
-      std::uint64_t next = s + st;
+      std::uint64_t next = s + step[s >> 32];
       next -= ((next & kPositionMask) >= m) ? m : 0;  // probe::advance on the low half
       // Written always, kept only if the bit was set: kept <= t, so this
       // never overwrites an entry not yet read.
       state[kept] = next;
-      step[kept] = st;
       kept += bit;
     }
+    ++round;
     active = kept;
+    if (!prefetch && 4 * kept > 3 * count && round < k) break;  // mostly members
+  }
+  if (round < k) {
+    for (std::size_t t = 0; t < active; ++t) {
+      const std::uint64_t s = state[t];
+      const std::uint64_t id = s >> 32;
+      const std::uint64_t st = step[id];
+      std::uint64_t position = s & kPositionMask;
+      std::uint64_t all = 1;
+      for (std::uint32_t j = round; j < k; ++j) {
+        all &= words[probe::word_of(position)] >> (position & 63);
+        position = probe::advance(position, st, m);
+      }
+      answers[id] = (all & 1) != 0 ? Answer::kMaybe : Answer::kDefinitelyNot;
+    }
+    return;
   }
   for (std::size_t t = 0; t < active; ++t) answers[state[t] >> 32] = Answer::kMaybe;
 }
@@ -206,9 +228,8 @@ HWY_INLINE void InsertBlock(std::uint64_t* words, std::uint32_t hash_count,
   using simd::detail::kPrefetchDistance;
   std::uint64_t* state = block.state;
   std::uint64_t* step = block.step;
-  ComputeStarts(constants, digests, count, step, [state](auto dn, std::size_t i, auto first) {
-    hn::StoreU(first, dn, state + i);
-  });
+  ComputeStarts(constants, digests, count, step,
+                [state](auto dn, std::size_t i, auto first) { hn::StoreU(first, dn, state + i); });
   std::fill(state + count, state + count + kPrefetchDistance, std::uint64_t{0});
   const std::uint64_t m = constants.m;
   const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;

@@ -301,7 +301,8 @@ TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
   for (const std::size_t byte_offset : {1u, 3u, 8u, 13u}) {
     std::vector<std::uint8_t> buffer(source.size() * Digest::kSize + 64);
     std::memcpy(buffer.data() + byte_offset, source.data(), source.size() * Digest::kSize);
-    const auto* shifted = std::launder(reinterpret_cast<const Digest*>(buffer.data() + byte_offset));
+    const auto* shifted =
+        std::launder(reinterpret_cast<const Digest*>(buffer.data() + byte_offset));
     ASSERT_EQ(simd_answers(view, shifted, source.size()),
               scalar_answers(view, source.data(), source.size()))
         << "byte offset " << byte_offset;

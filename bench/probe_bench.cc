@@ -1,0 +1,202 @@
+// Single-thread probe engines side by side: the scalar reference and the
+// Highway engine, on filters sized for L2, the LLC and DRAM (n = 100,000 /
+// 10,000,000 / 100,000,000 at p = 0.01, cuco's defaults.hpp sweep), plus the
+// machine's random-load ceiling over a buffer of the filter's size.
+//
+//   abf_bench --benchmark_filter='Probe|RandomLoad'
+//   ABF_BENCH_DRAM=1 abf_bench --benchmark_filter='Probe|RandomLoad'
+//
+// The dram cases build a 100M-digest filter (~120 MB, ~10 s); without
+// ABF_BENCH_DRAM=1 they are registered but skipped, so a default run stays short.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abf/backend.hpp"
+#include "abf/filter.hpp"
+#include "abf/layout.hpp"
+#include "engines.hpp"
+
+namespace {
+
+using abf::Answer;
+using abf::Digest;
+
+struct Scenario {
+  const char* name;
+  std::uint64_t n;
+};
+constexpr Scenario kScenarios[] = {{"l2", 100'000}, {"llc", 10'000'000}, {"dram", 100'000'000}};
+constexpr double kTargetFpp = 0.01;
+// Digests per query batch and per timed build: enough to leave the caches
+// behind at llc/dram, small enough to keep the input at 128 MiB.
+constexpr std::uint64_t kBatch = std::uint64_t{1} << 22;
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Digest i of stream `seed`: uniformly random, computable in any order, so
+// members can be regenerated without storing all 100M of them.
+void fill_digests(std::uint64_t seed, std::uint64_t first, std::size_t count, Digest* out) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t base = (seed << 40) ^ ((first + i) * 4);
+    for (std::size_t w = 0; w < 4; ++w) {
+      const std::uint64_t word = splitmix64(base + w);
+      std::memcpy(out[i].bytes.data() + 8 * w, &word, 8);
+    }
+  }
+}
+
+constexpr std::uint64_t kMemberSeed = 1;
+constexpr std::uint64_t kAbsentSeed = 2;
+
+// A filled filter per scenario, built once with the SIMD engine.
+struct Fixture {
+  abf::Layout layout;
+  std::shared_ptr<std::uint64_t> words;
+  std::vector<Digest> present;  // the first kBatch members
+  std::vector<Digest> absent;   // kBatch non-members
+};
+
+const Fixture& fixture(std::size_t scenario) {
+  static std::map<std::size_t, Fixture> cache;
+  auto found = cache.find(scenario);
+  if (found != cache.end()) return found->second;
+  Fixture f;
+  const std::uint64_t n = kScenarios[scenario].n;
+  f.layout = *abf::choose_layout({n, kTargetFpp});
+  f.words = abf::allocate_words(f.layout.bit_count / 64);
+  std::vector<Digest> chunk(std::size_t{1} << 20);
+  for (std::uint64_t begin = 0; begin < n; begin += chunk.size()) {
+    const std::size_t count =
+        static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), n - begin));
+    fill_digests(kMemberSeed, begin, count, chunk.data());
+    abf::simd::insert_batch(f.words.get(), f.layout.bit_count, f.layout.hash_count, chunk.data(),
+                            count);
+  }
+  const std::size_t batch = static_cast<std::size_t>(std::min(n, kBatch));
+  f.present.resize(batch);
+  fill_digests(kMemberSeed, 0, batch, f.present.data());
+  f.absent.resize(batch);
+  fill_digests(kAbsentSeed, 0, batch, f.absent.data());
+  return cache.emplace(scenario, std::move(f)).first->second;
+}
+
+bool skip_dram(benchmark::State& state, std::size_t scenario) {
+  if (kScenarios[scenario].n < 100'000'000) return false;
+  const char* enabled = std::getenv("ABF_BENCH_DRAM");
+  if (enabled != nullptr && std::string(enabled) == "1") return false;
+  state.SkipWithError("dram case skipped: set ABF_BENCH_DRAM=1 (builds a 100M-digest filter)");
+  return true;
+}
+
+using QueryFn = void (*)(const abf::probe::FilterView&, const Digest*, std::size_t,
+                         Answer*) noexcept;
+using InsertFn = void (*)(std::uint64_t*, std::uint64_t, std::uint32_t, const Digest*,
+                          std::size_t) noexcept;
+
+// Args: scenario, backend (0 scalar, 1 simd), present (0 absent, 1 present).
+void BM_ProbeQuery(benchmark::State& state) {
+  const auto scenario = static_cast<std::size_t>(state.range(0));
+  if (skip_dram(state, scenario)) return;
+  const bool simd = state.range(1) == 1;
+  const bool present = state.range(2) == 1;
+  const Fixture& f = fixture(scenario);
+  const auto& digests = present ? f.present : f.absent;
+  const QueryFn query = simd ? abf::simd::query_batch : abf::scalar::query_batch;
+  const abf::probe::FilterView view{f.words.get(), f.layout.bit_count, f.layout.hash_count};
+  std::vector<Answer> answers(digests.size());
+  for (auto _ : state) {
+    query(view, digests.data(), digests.size(), answers.data());
+    benchmark::DoNotOptimize(answers.data());
+    benchmark::ClobberMemory();
+  }
+  const auto maybe = std::count(answers.begin(), answers.end(), Answer::kMaybe);
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(digests.size()));
+  // For absent digests every Maybe is a false positive: the measured rate,
+  // resolved to about 1 / sqrt(maybe) relative (100/p probes give ~10%).
+  state.counters["fp_rate"] = static_cast<double>(maybe) / static_cast<double>(digests.size());
+  state.counters["k"] = f.layout.hash_count;
+  state.SetLabel(std::string(kScenarios[scenario].name) + (simd ? " simd " : " scalar ") +
+                 (simd ? abf::simd::target_name() : std::string("-")));
+}
+
+// Args: scenario, backend. Inserts kBatch (at most n) members into a zeroed
+// bitset of the scenario's size: the per-digest cost of a build.
+void BM_ProbeBuild(benchmark::State& state) {
+  const auto scenario = static_cast<std::size_t>(state.range(0));
+  if (skip_dram(state, scenario)) return;
+  const bool simd = state.range(1) == 1;
+  const Fixture& f = fixture(scenario);
+  const InsertFn insert = simd ? abf::simd::insert_batch : abf::scalar::insert_batch;
+  const std::size_t word_count = f.layout.bit_count / 64;
+  auto words = abf::allocate_words(word_count);
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::memset(words.get(), 0, word_count * 8);
+    state.ResumeTiming();
+    insert(words.get(), f.layout.bit_count, f.layout.hash_count, f.present.data(),
+           f.present.size());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.present.size()));
+  state.SetLabel(std::string(kScenarios[scenario].name) + (simd ? " simd " : " scalar ") +
+                 (simd ? abf::simd::target_name() : std::string("-")));
+}
+
+// The ceiling: independent random 64-bit loads over a buffer of the filter's
+// size, allocated the same way (allocate_words: same alignment and page size).
+void BM_RandomLoad(benchmark::State& state) {
+  const auto scenario = static_cast<std::size_t>(state.range(0));
+  if (skip_dram(state, scenario)) return;
+  const auto layout = *abf::choose_layout({kScenarios[scenario].n, kTargetFpp});
+  const std::size_t word_count = layout.bit_count / 64;
+  auto words = abf::allocate_words(word_count);
+  for (std::size_t i = 0; i < word_count; ++i) words.get()[i] = splitmix64(i);
+  std::vector<std::uint32_t> index(kBatch);
+  for (std::size_t i = 0; i < index.size(); ++i) {
+    index[i] = static_cast<std::uint32_t>(splitmix64(i + 77) % word_count);
+  }
+  const std::uint64_t* base = words.get();
+  for (auto _ : state) {
+    std::uint64_t sum = 0;
+    for (const std::uint32_t i : index) sum += base[i];
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(index.size()));
+  state.SetLabel(kScenarios[scenario].name);
+}
+
+void scenario_args(benchmark::internal::Benchmark* b, int backends, bool with_present) {
+  for (std::int64_t s = 0; s < 3; ++s) {
+    for (std::int64_t backend = 0; backend < backends; ++backend) {
+      if (with_present) {
+        b->Args({s, backend, 0});
+        b->Args({s, backend, 1});
+      } else {
+        b->Args({s, backend});
+      }
+    }
+  }
+}
+
+BENCHMARK(BM_ProbeQuery)
+    ->ArgNames({"scenario", "simd", "present"})
+    ->Apply([](auto* b) { scenario_args(b, 2, true); }) -> Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ProbeBuild)
+    ->ArgNames({"scenario", "simd"})
+    ->Apply([](auto* b) { scenario_args(b, 2, false); }) -> Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RandomLoad)->ArgNames({"scenario"})->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+
+}  // namespace
