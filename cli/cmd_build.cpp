@@ -1,10 +1,12 @@
 // abf build: stream digests into a filter and save it as an ABF1 snapshot.
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/service/sqlite_catalog.hpp"
 #include "command.hpp"
 #include "common.hpp"
 
@@ -14,7 +16,8 @@ namespace {
 struct BuildOptions {
   std::uint64_t expected_items = 0;
   double fpp = 0.0;
-  std::uint64_t catalog_version = 0;
+  std::optional<std::uint64_t> catalog_version;
+  std::string from_catalog;
   std::string input = "-";
   std::string input_format = "hex";
   std::string output;
@@ -26,6 +29,36 @@ struct BuildOptions {
 // fixed buffer whatever the input size.
 constexpr std::size_t kChunk = 64 * 1024;
 
+void print_summary(const std::string& output, const Filter& filter) {
+  std::cout << "wrote " << output << ": " << with_commas(filter.inserted_item_count())
+            << " digests, m = " << with_commas(filter.bit_count())
+            << " bits, k = " << filter.hash_count() << ", fill " << filter.fill_ratio()
+            << ", estimated false-positive rate " << filter.estimate_false_positive_rate()
+            << ", catalog version " << filter.catalog_version() << '\n';
+}
+
+// --from-catalog: the snapshot of a SQLite catalog at one version.
+int run_build_from_catalog(const BuildOptions& options, Backend backend) {
+  auto catalog = service::SqliteCatalog::open(options.from_catalog);
+  if (!catalog) return report("build", catalog.error());
+  std::uint64_t version = 0;
+  if (options.catalog_version) {
+    version = *options.catalog_version;
+  } else {
+    auto latest = catalog->latest_version();
+    if (!latest) return report("build", latest.error());
+    version = *latest;
+  }
+  auto filter = service::build_filter_from_catalog(
+      *catalog, version, BloomSpec{options.expected_items, options.fpp}, backend);
+  if (!filter) return report("build", filter.error());
+  if (auto saved = save_snapshot(*filter, options.output); !saved) {
+    return report("build", saved.error());
+  }
+  print_summary(options.output, *filter);
+  return kExitOk;
+}
+
 int run_build(const BuildOptions& options) {
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
@@ -33,8 +66,10 @@ int run_build(const BuildOptions& options) {
   auto backend = parse_backend(options.backend);
   if (!backend) return report("build", backend.error());
 
+  if (!options.from_catalog.empty()) return run_build_from_catalog(options, *backend);
+
   const BloomSpec spec{options.expected_items, options.fpp};
-  auto builder = FilterBuilder::create(spec, options.catalog_version);
+  auto builder = FilterBuilder::create(spec, options.catalog_version.value_or(0));
   if (!builder) return report("build", builder.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("build", reader.error());
@@ -62,11 +97,7 @@ int run_build(const BuildOptions& options) {
   if (auto saved = save_snapshot(filter, options.output); !saved) {
     return report("build", saved.error());
   }
-  std::cout << "wrote " << options.output << ": " << with_commas(filter.inserted_item_count())
-            << " digests, m = " << with_commas(filter.bit_count())
-            << " bits, k = " << filter.hash_count() << ", fill " << filter.fill_ratio()
-            << ", estimated false-positive rate " << filter.estimate_false_positive_rate()
-            << ", catalog version " << filter.catalog_version() << '\n';
+  print_summary(options.output, filter);
   return kExitOk;
 }
 
@@ -79,15 +110,21 @@ Command add_build_command(CLI::App& root) {
       "than --expected-items is an error (capacity_exceeded), never a silent overfill.\n"
       "Examples:\n"
       "  abf digest blobs/* | abf build -n 1000000 -p 0.001 --output catalog.abf\n"
-      "  abf build -n 100000000 -p 0.01 -f bin --input digests.bin --output big.abf --threads 8");
+      "  abf build -n 100000000 -p 0.01 -f bin --input digests.bin --output big.abf --threads 8\n"
+      "  abf build --from-catalog catalog.db -n 2000000 -p 0.001 --output latest.abf");
   app->add_option("--expected-items,-n", options->expected_items,
                   "Design capacity n (1..2^30); more digests than this is an error")
       ->required();
   app->add_option("--fpp,-p", options->fpp, "Target false-positive rate p, 0 < p < 1 (e.g. 0.001)")
       ->required();
   app->add_option("--catalog-version", options->catalog_version,
-                  "Catalog version recorded in the snapshot (default 0)");
-  app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
+                  "Catalog version recorded in the snapshot (default 0; with --from-catalog,\n"
+                  "the version of the catalog to build, default its latest)");
+  auto* from_catalog = app->add_option(
+      "--from-catalog", options->from_catalog,
+      "Build from a SQLite catalog (abf catalog) at --catalog-version instead of --input");
+  app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)")
+      ->excludes(from_catalog);
   app->add_option("--input-format,-f", options->input_format,
                   "hex: one digest per line (bare, sha256:<hex> or sha256sum lines);\n"
                   "bin: 32-byte records (default hex)")

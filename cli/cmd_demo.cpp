@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "abf/abf.hpp"
 #include "command.hpp"
 #include "common.hpp"
+#include "dedup_demo.hpp"
 
 namespace abf::cli {
 namespace {
@@ -26,6 +28,7 @@ struct DemoOptions {
   double fpp = 0.001;
   std::string output;
   unsigned threads = 0;
+  bool skip_dedup = false;
 };
 
 std::vector<Digest> generate(const char* prefix, std::uint64_t count) {
@@ -139,7 +142,10 @@ int run_demo(const DemoOptions& options) {
     return report("demo", Error{ErrorCode::kInvalidArgument,
                                 "false negatives found: the filter is broken"});
   }
-  return kExitOk;
+  if (options.skip_dedup) return kExitOk;
+  std::cout << '\n';
+  std::fflush(stdout);
+  return run_dedup_demo(std::cout);
 }
 
 Command add_demo_command(CLI::App& root) {
@@ -149,12 +155,16 @@ Command add_demo_command(CLI::App& root) {
   app->footer(
       "1,000,000 member digests, a filter for n = 1,000,000, p = 0.001 saved as an ABF1\n"
       "snapshot and reloaded, then 1,000,000 absent and 1,000,000 present queries: layout,\n"
-      "fill ratio, estimated and observed false-positive rate, throughput per backend.");
+      "fill ratio, estimated and observed false-positive rate, throughput per backend.\n"
+      "Then the service: a SQLite catalog of 1,000,000 digests, a dedup of 1,000,000\n"
+      "candidates (most new), and the catalog lookups the filter avoided.");
   app->add_option("--items", options->items, "Members and absent candidates (default 1,000,000)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
   app->add_option("--fpp", options->fpp, "Target false-positive rate (default 0.001)");
   app->add_option("--output,-o", options->output,
                   "Keep the snapshot at this path (default: a temporary file, removed)");
+  app->add_flag("--skip-dedup", options->skip_dedup,
+                "Skip the second part (bulk dedup against a SQLite catalog)");
   add_threads_option(*app, options->threads);
   return {app, [options] { return run_demo(*options); }};
 }
