@@ -1,0 +1,343 @@
+// ArtifactExistenceService: every answer equals the exact store's, with the
+// filter in front or not; the version rule; metrics and their ratios.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "abf/abf.hpp"
+#include "abf/service/artifact_repository.hpp"
+#include "abf/service/metrics.hpp"
+#include "abf/service/service.hpp"
+#include "abf/service/snapshot_publisher.hpp"
+#include "abf/service/sqlite_catalog.hpp"
+#include "test_support.hpp"
+
+namespace abf::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+Filter build_at(MemoryRepository& store, std::uint64_t version, std::uint64_t capacity, double fpp) {
+  auto filter = build_filter(store.digests_at_version(version),
+                             {.expected_item_count = capacity, .target_fpp = fpp}, version);
+  EXPECT_TRUE(filter.has_value()) << filter.error().describe();
+  return std::move(*filter);
+}
+
+// Queries: members, removed digests and strangers, shuffled.
+std::vector<Digest> mixed_queries(const std::vector<Digest>& universe, std::size_t strangers,
+                                  std::uint64_t seed) {
+  std::vector<Digest> queries = universe;
+  const auto others = test::random_digests(strangers, seed);
+  queries.insert(queries.end(), others.begin(), others.end());
+  std::mt19937_64 rng(seed);
+  std::ranges::shuffle(queries, rng);
+  return queries;
+}
+
+// Random catalogs (adds and removes), random queries: the service's answers,
+// single and batch, with and without the filter, equal the store's.
+TEST(ServiceTest, AnswersEqualTheExactStoreWithAndWithoutTheFilter) {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937_64 rng(seed);
+    const auto universe = test::random_digests(2000 + seed * 500, seed * 7);
+    MemoryRepository store;
+    for (int step = 0; step < 5; ++step) {
+      std::vector<Digest> pick;
+      for (std::size_t i = 0, n = rng() % 1500; i < n; ++i) pick.push_back(universe[rng() % universe.size()]);
+      if (step == 0 || rng() % 3 != 0) {
+        store.add(pick);
+      } else {
+        store.remove(pick);
+      }
+    }
+    const std::uint64_t version = *store.latest_version();
+    // A small, crowded filter (fpp 0.2) so there are plenty of false positives.
+    Metrics metrics;
+    SnapshotPublisher publisher(&metrics);
+    ASSERT_TRUE(publisher.publish(build_at(store, version, 4000, 0.2)).has_value());
+    const ArtifactExistenceService filtered(publisher, store, &metrics);
+    const ArtifactExistenceService exact(publisher, store, nullptr, {.use_filter = false});
+
+    const auto queries = mixed_queries(universe, 3000, seed * 11);
+    auto want = std::make_unique<bool[]>(queries.size());
+    ASSERT_TRUE(store.exists_at_version(queries, version, {want.get(), queries.size()}));
+    for (const ArtifactExistenceService* service : {&filtered, &exact}) {
+      auto got = std::make_unique<bool[]>(queries.size());
+      auto counts = service->exists_batch(queries, {got.get(), queries.size()});
+      ASSERT_TRUE(counts.has_value()) << counts.error().describe();
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << "batch, digest " << i << ", seed " << seed;
+        auto single = service->exists(queries[i]);
+        ASSERT_TRUE(single.has_value());
+        ASSERT_EQ(single->exists, want[i]) << "single, digest " << i << ", seed " << seed;
+        ASSERT_EQ(single->catalog_version, version);
+        if (single->filter_negative) {
+          ASSERT_FALSE(want[i]);
+        }
+      }
+    }
+    // The filter did its job: plenty of negatives, some false positives.
+    const auto m = metrics.collect(publisher.current().get());
+    EXPECT_GT(m[Counter::kNegative], queries.size() / 2);
+    EXPECT_GT(m[Counter::kFalsePositive], 0u);
+  }
+}
+
+// The same through the SQLite catalog, with bulk_dedup.
+TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
+  std::string pattern = (fs::temp_directory_path() / "abf-service-test-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const fs::path dir = pattern;
+  {
+    auto catalog = SqliteCatalog::create(dir / "catalog.db");
+    ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
+    MemoryRepository reference;
+    const auto universe = test::random_digests(3000, 21);
+    const auto first = std::span(universe).first(2000);
+    ASSERT_TRUE(catalog->add(first).has_value());
+    reference.add(first);
+    const auto gone = std::span(universe).subspan(1500, 300);
+    ASSERT_TRUE(catalog->remove(gone).has_value());
+    reference.remove(gone);
+    const std::uint64_t version = *catalog->latest_version();
+    auto filter = build_filter_from_catalog(*catalog, version, {.expected_item_count = 2000, .target_fpp = 0.05});
+    ASSERT_TRUE(filter.has_value());
+    SnapshotPublisher publisher;
+    ASSERT_TRUE(publisher.publish(std::move(*filter)).has_value());
+
+    const auto queries = mixed_queries(universe, 2000, 22);
+    std::string bytes(queries.size() * Digest::kSize, '\0');
+    std::memcpy(bytes.data(), queries.data(), bytes.size());
+    std::vector<Digest> expected;
+    for (const Digest& digest : queries) {
+      if (!*reference.exists_at_version(digest, version)) expected.push_back(digest);
+    }
+    for (bool use_filter : {true, false}) {
+      const ArtifactExistenceService service(publisher, *catalog, nullptr, {.use_filter = use_filter});
+      auto reader = DigestReader::from_memory(bytes, InputFormat::kBinary);
+      std::vector<Digest> absent;
+      auto report = bulk_dedup(
+          service, reader,
+          [&](std::span<const Digest> part) -> Result<void> {
+            absent.insert(absent.end(), part.begin(), part.end());
+            return {};
+          },
+          333);
+      ASSERT_TRUE(report.has_value()) << report.error().describe();
+      EXPECT_EQ(absent, expected) << "use_filter " << use_filter;
+      EXPECT_EQ(report->catalog_version, version);
+      const BatchCounts& c = report->counts;
+      EXPECT_EQ(c.total, queries.size());
+      EXPECT_EQ(c.total - c.present, expected.size());
+      EXPECT_EQ(c.negative + c.maybe, use_filter ? c.total : 0u);
+      EXPECT_EQ(c.exact_lookups, use_filter ? c.maybe : c.total);
+      if (use_filter) {
+        EXPECT_EQ(c.maybe, c.present + c.false_positive);
+        EXPECT_GT(c.negative, 0u);
+      } else {
+        EXPECT_EQ(c.maybe, 0u);
+        EXPECT_EQ(c.false_positive, 0u);
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// Added at 43, snapshot of 42: a query at 43 never gets `absent` from the
+// old filter. The rule: the filter is used only for its own version; any
+// other version goes to the exact store.
+TEST(ServiceTest, AnOlderSnapshotNeverAnswersAbsentForANewerVersion) {
+  MemoryRepository store;
+  const auto filler = test::random_digests(41, 31);
+  for (const Digest& digest : filler) store.add(std::span(&digest, 1));
+  const auto base = test::random_digests(200, 32);
+  ASSERT_EQ(store.add(base), 42u);
+  const Digest late = test::non_member_digest(43);
+  ASSERT_EQ(store.add(std::span(&late, 1)), 43u);
+
+  Metrics metrics;
+  SnapshotPublisher publisher(&metrics);
+  ASSERT_TRUE(publisher.publish(build_at(store, 42, 1000, 0.001)).has_value());
+  ASSERT_FALSE(publisher.current()->filter.might_contain(late));  // the trap is armed
+  const ArtifactExistenceService service(publisher, store, &metrics);
+
+  EXPECT_TRUE(*store.exists_at_version(late, 43));
+  auto at43 = service.exists_at_version(late, 43);
+  ASSERT_TRUE(at43.has_value());
+  EXPECT_TRUE(at43->exists);
+  EXPECT_FALSE(at43->filter_negative);
+  EXPECT_EQ(at43->catalog_version, 43u);
+  EXPECT_EQ(metrics.get(Counter::kFilterBypass), 1u);
+  // At the snapshot's own version, `late` is rightly absent, by the filter.
+  auto at42 = service.exists(late);
+  ASSERT_TRUE(at42.has_value());
+  EXPECT_FALSE(at42->exists);
+  EXPECT_TRUE(at42->filter_negative);
+  EXPECT_EQ(at42->catalog_version, 42u);
+
+  // Removed at 44: a snapshot of 44 no longer holds it, and a query at 43
+  // (older than the snapshot) still finds it through the store.
+  ASSERT_EQ(store.remove(std::span(&late, 1)), 44u);
+  ASSERT_TRUE(publisher.publish(build_at(store, 44, 1000, 0.001)).has_value());
+  EXPECT_TRUE(service.exists_at_version(late, 43)->exists);
+  EXPECT_FALSE(service.exists(late)->exists);
+  // The publisher refuses to go back to 42.
+  EXPECT_FALSE(publisher.publish(build_at(store, 42, 1000, 0.001)).has_value());
+  EXPECT_EQ(publisher.current()->catalog_version(), 44u);
+}
+
+TEST(ServiceTest, MalformedDigestIsAnErrorNeverAbsent) {
+  MemoryRepository store;
+  SnapshotPublisher publisher;
+  const auto members = test::random_digests(10, 41);
+  store.add(members);
+  ASSERT_TRUE(publisher.publish(build_at(store, 1, 100, 0.01)).has_value());
+  Metrics metrics;
+  const ArtifactExistenceService service(publisher, store, &metrics);
+  for (const std::string_view bad : {"", "abc", "sha512:00", "zz" /* non-hex */}) {
+    auto answer = service.exists(bad);
+    ASSERT_FALSE(answer.has_value()) << bad;
+    EXPECT_EQ(answer.error().code, ErrorCode::kInvalidDigest);
+  }
+  std::string wrong_length = members[0].hex() + "0";
+  EXPECT_FALSE(service.exists(wrong_length).has_value());
+  EXPECT_EQ(metrics.get(Counter::kInvalidDigest), 5u);
+  EXPECT_EQ(metrics.get(Counter::kQuery), 0u);
+  // Both text forms of a member work, either case.
+  std::string upper = members[0].hex();
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_TRUE(service.exists("sha256:" + members[0].hex())->exists);
+  EXPECT_TRUE(service.exists(upper)->exists);
+}
+
+TEST(ServiceTest, NoSnapshotMeansNoAnswerForTheSnapshotVersion) {
+  MemoryRepository store;
+  SnapshotPublisher publisher;
+  const ArtifactExistenceService service(publisher, store);
+  const Digest digest = test::member_digest(1);
+  auto answer = service.exists(digest);
+  ASSERT_FALSE(answer.has_value());
+  EXPECT_EQ(answer.error().code, ErrorCode::kInvalidArgument);
+  bool exists[1];
+  EXPECT_FALSE(service.exists_batch(std::span(&digest, 1), exists).has_value());
+  // An explicit version goes to the store.
+  store.add(std::span(&digest, 1));
+  EXPECT_TRUE(service.exists_at_version(digest, 1)->exists);
+}
+
+// Known traffic, known counts; ratios equal their formulas; both exports
+// carry the section 9 names.
+TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
+  MemoryRepository store;
+  const auto members = test::member_digests(1000);
+  store.add(members);
+  Metrics metrics;
+  SnapshotPublisher publisher(&metrics);
+  ASSERT_TRUE(publisher.publish(build_at(store, 1, 1000, 0.05)).has_value());
+  const Filter& filter = publisher.current()->filter;
+  const ArtifactExistenceService service(publisher, store, &metrics);
+
+  std::vector<Digest> strangers;
+  for (std::uint64_t i = 0; i < 4000; ++i) strangers.push_back(test::non_member_digest(i));
+  std::uint64_t expected_fp = 0;
+  for (const Digest& digest : strangers) expected_fp += filter.might_contain(digest) ? 1 : 0;
+  ASSERT_GT(expected_fp, 0u);
+
+  // Singles for half the traffic, one batch for the rest.
+  for (std::size_t i = 0; i < 500; ++i) ASSERT_TRUE(service.exists(members[i])->exists);
+  for (std::size_t i = 0; i < 2000; ++i) ASSERT_FALSE(service.exists(strangers[i])->exists);
+  std::vector<Digest> batch(members.begin() + 500, members.end());
+  batch.insert(batch.end(), strangers.begin() + 2000, strangers.end());
+  auto answers = std::make_unique<bool[]>(batch.size());
+  auto counts = service.exists_batch(batch, {answers.get(), batch.size()});
+  ASSERT_TRUE(counts.has_value());
+  ASSERT_TRUE(service.exists_at_version(members[0], 0).has_value());  // one bypass
+
+  const auto m = metrics.collect(publisher.current().get());
+  const std::uint64_t total = 5000 + 1;
+  const std::uint64_t maybe = 1000 + expected_fp;
+  const std::uint64_t negative = 4000 - expected_fp;
+  EXPECT_EQ(m[Counter::kQuery], total);
+  EXPECT_EQ(m[Counter::kMaybe], maybe);
+  EXPECT_EQ(m[Counter::kNegative], negative);
+  EXPECT_EQ(m[Counter::kFalsePositive], expected_fp);
+  EXPECT_EQ(m[Counter::kExactLookup], maybe + 1);
+  EXPECT_EQ(m[Counter::kFilterBypass], 1u);
+  EXPECT_EQ(m[Counter::kSnapshotPublish], 1u);
+  EXPECT_DOUBLE_EQ(m.negative_bypass_ratio(), static_cast<double>(negative) / total);
+  EXPECT_DOUBLE_EQ(m.observed_false_positive_rate(),
+                   static_cast<double>(expected_fp) / static_cast<double>(negative + expected_fp));
+  EXPECT_DOUBLE_EQ(m.false_discovery_ratio(), static_cast<double>(expected_fp) / maybe);
+  EXPECT_EQ(counts->negative + counts->maybe, batch.size());
+  EXPECT_EQ(counts->exact_lookups, counts->maybe);
+
+  EXPECT_TRUE(m.has_snapshot);
+  EXPECT_EQ(m.bit_count, filter.bit_count());
+  EXPECT_EQ(m.hash_count, filter.hash_count());
+  EXPECT_EQ(m.expected_item_count, 1000u);
+  EXPECT_EQ(m.inserted_item_count, 1000u);
+  EXPECT_EQ(m.catalog_version, 1u);
+  EXPECT_DOUBLE_EQ(m.fill_ratio, filter.fill_ratio());
+  EXPECT_DOUBLE_EQ(m.estimated_fpp, filter.estimate_false_positive_rate());
+  EXPECT_GE(m.age_seconds, 0.0);
+
+  const std::string text = to_prometheus(m);
+  for (const char* name :
+       {"artifact_bloom_bit_count ", "artifact_bloom_hash_count ", "artifact_bloom_expected_item_count ",
+        "artifact_bloom_inserted_item_count ", "artifact_bloom_fill_ratio ", "artifact_bloom_estimated_fpp ",
+        "artifact_bloom_negative_count ", "artifact_bloom_maybe_count ",
+        "artifact_bloom_false_positive_count ", "artifact_bloom_catalog_version ",
+        "artifact_bloom_snapshot_age_seconds ", "artifact_bloom_snapshot_load_failure_count "}) {
+    EXPECT_NE(text.find(std::string("\n") + name), std::string::npos) << name;
+  }
+  EXPECT_NE(text.find("# TYPE artifact_bloom_negative_count counter\n"), std::string::npos);
+  EXPECT_NE(text.find("\nartifact_bloom_negative_count " + std::to_string(negative) + "\n"), std::string::npos);
+  EXPECT_EQ(text.find("artifact_bloom."), std::string::npos);  // no dots in names
+
+  const auto json = nlohmann::json::parse(to_json(m));
+  EXPECT_EQ(json["counters"]["artifact_bloom.negative.count"].get<std::uint64_t>(), negative);
+  EXPECT_EQ(json["counters"]["artifact_bloom.false_positive.count"].get<std::uint64_t>(), expected_fp);
+  EXPECT_EQ(json["gauges"]["artifact_bloom.bit_count"].get<std::uint64_t>(), filter.bit_count());
+  EXPECT_DOUBLE_EQ(json["derived"]["falseDiscoveryRatio"].get<double>(), m.false_discovery_ratio());
+  EXPECT_DOUBLE_EQ(json["derived"]["negativeBypassRatio"].get<double>(), m.negative_bypass_ratio());
+  EXPECT_DOUBLE_EQ(json["derived"]["observedFalsePositiveRate"].get<double>(),
+                   m.observed_false_positive_rate());
+}
+
+TEST(ServiceTest, RatiosWithNothingCountedAreZero) {
+  const MetricsSnapshot empty;
+  EXPECT_EQ(empty.negative_bypass_ratio(), 0.0);
+  EXPECT_EQ(empty.observed_false_positive_rate(), 0.0);
+  EXPECT_EQ(empty.false_discovery_ratio(), 0.0);
+  EXPECT_FALSE(nlohmann::json::parse(to_json(empty))["hasSnapshot"].get<bool>());
+}
+
+TEST(ServiceTest, CountersAreExactUnderConcurrency) {
+  Metrics metrics;
+  constexpr int kThreads = 8;
+  constexpr std::uint64_t kAdds = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (std::uint64_t i = 0; i < kAdds; ++i) {
+        metrics.add(Counter::kQuery);
+        metrics.add(Counter::kNegative, 2);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(metrics.get(Counter::kQuery), kThreads * kAdds);
+  EXPECT_EQ(metrics.get(Counter::kNegative), 2 * kThreads * kAdds);
+}
+
+}  // namespace
+}  // namespace abf::service
