@@ -1,0 +1,336 @@
+// abf bench: throughput of every backend on this machine, next to the
+// machine's own random-load ceiling, so CPUs can be compared with one command.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "abf/abf.hpp"
+#include "command.hpp"
+#include "common.hpp"
+
+namespace abf::cli {
+namespace {
+
+struct BenchOptions {
+  std::string scenario = "all";
+  std::string backend = "all";
+  unsigned threads = 0;  // 0: report at 1 thread and at all cores
+  unsigned repetitions = 5;
+  bool json = false;
+};
+
+struct Scenario {
+  const char* name;
+  std::uint64_t n;
+};
+constexpr Scenario kScenarios[] = {{"l2", 100'000}, {"llc", 10'000'000}, {"dram", 100'000'000}};
+constexpr double kTargetFpp = 0.01;
+// Digests per timed query batch and per timed build (at most n): 128 MiB of
+// input, enough to leave every cache behind at llc and dram.
+constexpr std::uint64_t kBatch = std::uint64_t{1} << 22;
+constexpr std::size_t kChunk = std::size_t{1} << 20;
+constexpr std::uint64_t kMemberSeed = 1;
+constexpr std::uint64_t kAbsentSeed = 2;
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Digest i of stream `seed`: uniformly random and computable in any order,
+// so a 100M-member build never holds its input in memory.
+void fill_digests(std::uint64_t seed, std::uint64_t first, std::span<Digest> out) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, out.size(), 4096), [&](const auto& range) {
+    for (std::size_t i = range.begin(); i != range.end(); ++i) {
+      const std::uint64_t base = (seed << 40) ^ ((first + i) * 4);
+      for (std::size_t w = 0; w < 4; ++w) {
+        const std::uint64_t word = splitmix64(base + w);
+        std::memcpy(out[i].bytes.data() + 8 * w, &word, 8);
+      }
+    }
+  });
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+using Clock = std::chrono::steady_clock;
+
+template <class Body>
+double seconds_of(Body&& body) {
+  const auto start = Clock::now();
+  body();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+struct Row {
+  std::string backend;
+  std::string target;
+  unsigned threads = 1;
+  std::string scenario;
+  std::uint64_t items = 0;
+  std::uint64_t bit_count = 0;
+  std::uint32_t hash_count = 0;
+  std::string operation;
+  double items_per_second = 0;
+  double ns_per_item = 0;
+  double fraction_of_ceiling = 0;
+};
+
+// The ceiling: independent random 64-bit loads over a buffer of the filter's
+// size allocated like the filter (allocate_words: alignment, huge pages), on
+// `threads` threads. Returns nanoseconds per load (wall time / loads).
+double random_load_ns(std::uint64_t word_count, unsigned repetitions) {
+  auto buffer = allocate_words(word_count);
+  std::uint64_t* words = buffer.get();
+  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, word_count, 1 << 16), [&](const auto& r) {
+    for (auto i = r.begin(); i != r.end(); ++i) words[i] = splitmix64(i);
+  });
+  std::vector<std::uint32_t> index(kBatch * 2);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, index.size(), 1 << 16), [&](const auto& r) {
+    for (auto i = r.begin(); i != r.end(); ++i) {
+      index[i] = static_cast<std::uint32_t>(splitmix64(i + 77) % word_count);
+    }
+  });
+  std::vector<double> times;
+  std::uint64_t sink = 0;
+  for (unsigned rep = 0; rep <= repetitions; ++rep) {
+    const double t = seconds_of([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, index.size(), 1 << 16),
+                        [&](const auto& r) {
+                          std::uint64_t sum = 0;
+                          for (auto i = r.begin(); i != r.end(); ++i) sum += words[index[i]];
+                          __atomic_fetch_add(&sink, sum, __ATOMIC_RELAXED);
+                        });
+    });
+    if (rep > 0) times.push_back(t);  // the first run faults the pages in
+  }
+  if (sink == 42) std::fputc(' ', stderr);  // keeps the loads
+  return median(times) * 1e9 / static_cast<double>(index.size());
+}
+
+std::string target_of(Backend backend) {
+  switch (backend) {
+    case Backend::kSimd:
+      return simd_target_name();
+    case Backend::kCuda:
+      return cuda_device_description();
+    default:
+      return "scalar";
+  }
+}
+
+// Runs every operation of one scenario for the backends and thread counts.
+Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& backends,
+                          const std::vector<unsigned>& thread_counts, unsigned repetitions,
+                          std::vector<Row>& rows) {
+  const BloomSpec spec{scenario.n, kTargetFpp};
+  auto layout = choose_layout(spec);
+  if (!layout) return std::unexpected(layout.error());
+  const std::uint64_t batch = std::min(scenario.n, kBatch);
+
+  // The filter the queries run against: all n members, built once (SIMD, all cores).
+  apply_threads(0);
+  auto builder = FilterBuilder::create(spec);
+  if (!builder) return std::unexpected(builder.error());
+  std::vector<Digest> chunk(kChunk);
+  for (std::uint64_t begin = 0; begin < scenario.n; begin += kChunk) {
+    const auto count =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, scenario.n - begin));
+    fill_digests(kMemberSeed, begin, {chunk.data(), count});
+    if (auto added = builder->add({chunk.data(), count}, Backend::kSimd); !added) {
+      return std::unexpected(added.error());
+    }
+  }
+  chunk = {};
+  const Filter filter = std::move(*builder).finish();
+  const double fill = filter.fill_ratio();
+  std::vector<Digest> present(batch), absent(batch);
+  fill_digests(kMemberSeed, 0, present);
+  fill_digests(kAbsentSeed, 0, absent);
+  std::vector<Answer> answers(batch);
+
+  for (const unsigned threads : thread_counts) {
+    apply_threads(threads);
+    // An arena of exactly `threads`: the library splits a batch by the
+    // arena's concurrency, which a global_control limit alone leaves at all
+    // cores.
+    tbb::task_arena arena(static_cast<int>(threads));
+    auto in_arena = [&arena](auto&& body) { return arena.execute(body); };
+    const double load_ns =
+        in_arena([&] { return random_load_ns(layout->bit_count / 64, repetitions); });
+    rows.push_back({"memory", "random_load", threads, scenario.name, 2 * kBatch, layout->bit_count,
+                    layout->hash_count, "random_load", 1e9 / load_ns, load_ns, 1.0});
+    for (const Backend backend : backends) {
+      auto add_row = [&](const char* operation, std::uint64_t items, double seconds,
+                         double loads_per_item) {
+        const double ns = seconds * 1e9 / static_cast<double>(items);
+        rows.push_back({std::string(to_string(backend)), target_of(backend), threads, scenario.name,
+                        items, layout->bit_count, layout->hash_count, operation, 1e9 / ns, ns,
+                        loads_per_item * load_ns / ns});
+      };
+      // build: `batch` members into a fresh bitset of the scenario's size.
+      std::vector<double> times;
+      for (unsigned rep = 0; rep < repetitions; ++rep) {
+        auto fresh = FilterBuilder::create(spec);
+        if (!fresh) return std::unexpected(fresh.error());
+        Result<void> added;
+        times.push_back(
+            in_arena([&] { return seconds_of([&] { added = fresh->add(present, backend); }); }));
+        if (!added) return std::unexpected(added.error());
+      }
+      add_row("build", batch, median(times), layout->hash_count);
+      // Queries: an absent digest needs about 1 / (1 - fill) loads, a member k.
+      for (const bool members : {false, true}) {
+        const auto& digests = members ? present : absent;
+        times.clear();
+        for (unsigned rep = 0; rep <= repetitions; ++rep) {
+          Result<void> done;
+          const double t = in_arena(
+              [&] { return seconds_of([&] { done = filter.query(digests, answers, backend); }); });
+          if (!done) return std::unexpected(done.error());
+          if (rep > 0) times.push_back(t);  // the first run warms up
+        }
+        const double loads = members ? layout->hash_count : 1.0 / (1.0 - fill);
+        add_row(members ? "query_present" : "query_absent", batch, median(times), loads);
+      }
+    }
+  }
+  return {};
+}
+
+void print_table(const std::vector<Row>& rows) {
+  std::printf("%-6s %-8s %-12s %7s %-14s %12s %10s %9s\n", "scen", "backend", "target", "threads",
+              "operation", "items/s", "ns/item", "ceiling");
+  for (const auto& row : rows) {
+    std::printf("%-6s %-8s %-12s %7u %-14s %12s %10.2f %8.0f%%\n", row.scenario.c_str(),
+                row.backend.c_str(), row.target.substr(0, 12).c_str(), row.threads,
+                row.operation.c_str(), si_rate(row.items_per_second).c_str(), row.ns_per_item,
+                100.0 * row.fraction_of_ceiling);
+  }
+}
+
+int run_bench(const BenchOptions& options) {
+  std::vector<Backend> backends;
+  if (options.backend == "all") {
+    backends = {Backend::kScalar, Backend::kSimd};
+    if (backend_available(Backend::kCuda)) backends.push_back(Backend::kCuda);
+  } else {
+    auto parsed = parse_backend(options.backend);
+    if (!parsed) return report("bench", parsed.error());
+    auto resolved = resolve_backend(*parsed, kBatch);
+    if (!resolved) return report("bench", resolved.error());
+    const Backend backend = *resolved;
+    if (!backend_available(backend)) {
+      return report("bench", Error{ErrorCode::kBackendUnavailable,
+                                   "backend " + std::string(to_string(backend)) +
+                                       " cannot run here: " + cuda_device_description()});
+    }
+    backends = {backend};
+  }
+  std::vector<unsigned> thread_counts;
+  if (options.threads != 0) {
+    thread_counts = {options.threads};
+  } else {
+    thread_counts = {1};
+    if (hardware_threads() > 1) thread_counts.push_back(hardware_threads());
+  }
+  std::vector<Row> rows;
+  for (const auto& scenario : kScenarios) {
+    if (options.scenario != "all" && options.scenario != scenario.name) continue;
+    if (!options.json) {
+      std::fprintf(stderr, "abf bench: %s (n = %s, p = 0.01)...\n", scenario.name,
+                   with_commas(scenario.n).c_str());
+    }
+    if (auto done = run_scenario(scenario, backends, thread_counts, options.repetitions, rows);
+        !done) {
+      return report("bench", done.error());
+    }
+  }
+  if (options.json) {
+    nlohmann::json results = nlohmann::json::array();
+    for (const auto& row : rows) {
+      results.push_back({{"backend", row.backend},
+                         {"target", row.target},
+                         {"threads", row.threads},
+                         {"scenario", row.scenario},
+                         {"items", row.items},
+                         {"bit_count", row.bit_count},
+                         {"hash_count", row.hash_count},
+                         {"operation", row.operation},
+                         {"items_per_second", row.items_per_second},
+                         {"ns_per_item", row.ns_per_item},
+                         {"fraction_of_ceiling", row.fraction_of_ceiling}});
+    }
+    const nlohmann::json out = {
+        {"cpu", cpu_name()}, {"simd_target", simd_target_name()}, {"results", results}};
+    std::cout << out.dump(2) << '\n';
+  } else {
+    std::printf("cpu: %s, SIMD target: %s\n", cpu_name().c_str(), simd_target_name().c_str());
+    print_table(rows);
+  }
+  return kExitOk;
+}
+
+Command add_bench_command(CLI::App& root) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* app =
+      root.add_subcommand("bench", "Measure build and query throughput of every backend here");
+  app->footer(
+      "Scenarios (p = 0.01, uniformly random digests): l2 n = 100,000; llc n = 10,000,000;\n"
+      "dram n = 100,000,000. Operations: build (min(n, 4Mi) members into a fresh filter of\n"
+      "the scenario's size), query_absent and query_present (min(n, 4Mi) digests), each the\n"
+      "median of --repetitions runs; random_load rows are the machine's ceiling: independent\n"
+      "random 64-bit loads over a buffer of the filter's size, allocated like the filter.\n"
+      "`ceiling` = loads needed (absent 1/(1-fill), present and build k) x ns per load / ns\n"
+      "per item. Without --threads every case runs at 1 thread and at all cores.\n"
+      "Examples:\n"
+      "  abf bench --scenario l2\n"
+      "  abf bench --scenario dram --backend simd --threads 1 --json");
+  app->add_option("--scenario", options->scenario, "l2, llc, dram or all (default all)")
+      ->check(CLI::IsMember({"l2", "llc", "dram", "all"}));
+  app->add_option("--backend", options->backend,
+                  "all, auto, scalar, simd or cuda (default all: scalar, simd and cuda if present)")
+      ->check(CLI::IsMember({"all", "auto", "scalar", "simd", "cuda"}));
+  app->add_option("--repetitions", options->repetitions, "Timed runs per case (default 5)")
+      ->check(CLI::Range(1u, 1000u));
+  app->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  add_threads_option(*app, options->threads);
+  return {app, [options] { return run_bench(*options); }};
+}
+
+}  // namespace
+
+ABF_REGISTER_COMMAND(70, add_bench_command);
+
+}  // namespace abf::cli
