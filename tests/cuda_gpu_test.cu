@@ -1,0 +1,498 @@
+// The CUDA backend on a device, bit for bit against the scalar reference:
+// the query kernel (device-resident digests, every k, several m, batch sizes
+// around the warp and huge ones, aligned and misaligned), the pipelined and
+// the async host paths, the build kernel, a user's own kernel calling the
+// device-side view, and the library's Backend::kCuda. Every case that needs
+// a device GTEST_SKIP()s with the reason when there is none; the error
+// mapping cases run everywhere.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "abf/cuda/device_filter.hpp"
+#include "abf/cuda/view.hpp"
+#include "abf/filter.hpp"
+#include "cuda_error.hpp"
+#include "engines.hpp"
+#include "test_support.hpp"
+
+namespace abf {
+namespace {
+
+constexpr std::uint64_t kAllOnes = ~std::uint64_t{0};
+
+// --- Helpers -----------------------------------------------------------------
+
+#define ABF_ASSERT_OK(expr)                                        \
+  do {                                                             \
+    const auto& abf_result_ = (expr);                              \
+    ASSERT_TRUE(abf_result_.has_value()) << abf_result_.error().describe(); \
+  } while (0)
+
+#define ABF_ASSERT_CUDA(expr)                                                    \
+  do {                                                                           \
+    const cudaError_t abf_status_ = (expr);                                      \
+    ASSERT_EQ(abf_status_, cudaSuccess) << #expr << ": " << cudaGetErrorString(abf_status_); \
+  } while (0)
+
+// Device memory for a test, freed at scope exit.
+template <class T>
+struct DeviceArray {
+  T* data = nullptr;
+  std::size_t size = 0;
+  explicit DeviceArray(std::size_t n, std::size_t extra_bytes = 0) : size(n) {
+    if (cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T) + extra_bytes + 1) != cudaSuccess) {
+      data = nullptr;
+    }
+  }
+  ~DeviceArray() {
+    if (data != nullptr) cudaFree(data);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+// Pinned host memory for a test.
+template <class T>
+struct PinnedArray {
+  T* data = nullptr;
+  std::size_t size = 0;
+  explicit PinnedArray(std::size_t n) : size(n) {
+    if (cudaHostAlloc(reinterpret_cast<void**>(&data), n * sizeof(T) + 1, cudaHostAllocDefault) !=
+        cudaSuccess) {
+      data = nullptr;
+    }
+  }
+  ~PinnedArray() {
+    if (data != nullptr) cudaFreeHost(data);
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  std::span<T> span() { return {data, size}; }
+};
+
+// A host Filter of layout (m, k) holding `members`, built by the scalar
+// reference.
+Filter scalar_filter(std::uint64_t m, std::uint32_t k, const std::vector<Digest>& members) {
+  auto words = allocate_words(m / 64);
+  scalar::insert_batch(words.get(), m, k, members.data(), members.size());
+  FilterInfo info;
+  info.spec = BloomSpec{std::max<std::uint64_t>(members.size(), 1), 0.01};
+  info.layout = Layout{m, k};
+  info.inserted_item_count = members.size();
+  auto filter = Filter::from_words(info, std::move(words), m / 64);
+  EXPECT_TRUE(filter.has_value()) << filter.error().describe();
+  return std::move(*filter);
+}
+
+std::vector<Answer> scalar_answers(const Filter& filter, const std::vector<Digest>& digests) {
+  std::vector<Answer> answers(digests.size());
+  scalar::query_batch(filter.view(), digests.data(), digests.size(), answers.data());
+  return answers;
+}
+
+// Digests whose h1, h2 are hostile to a reduction by m, then random ones.
+std::vector<Digest> adversarial_digests(std::uint64_t m, std::size_t random_count,
+                                        std::uint64_t seed) {
+  const std::uint64_t top = kAllOnes / m * m;
+  const std::vector<std::uint64_t> words = {0,      1,         2,        m - 1,   m,
+                                            m + 1,  2 * m,     top,      top - 1, top - m,
+                                            kAllOnes, kAllOnes - 1, std::uint64_t{1} << 63,
+                                            (std::uint64_t{1} << 63) - 1, m << 32};
+  std::vector<Digest> digests;
+  for (const std::uint64_t h1 : words) {
+    for (const std::uint64_t h2 : words) digests.push_back(test::digest_with_words(h1, h2));
+  }
+  const auto random = test::random_digests(random_count, seed);
+  digests.insert(digests.end(), random.begin(), random.end());
+  return digests;
+}
+
+// Members and queries (half members, half not) for a layout.
+struct Workload {
+  std::vector<Digest> members;
+  std::vector<Digest> queries;
+};
+
+Workload workload(std::uint64_t m, std::size_t member_count, std::size_t query_count,
+                  std::uint64_t seed) {
+  Workload w;
+  w.members = test::random_digests(member_count, seed);
+  w.queries = adversarial_digests(m, query_count, seed + 1);
+  for (std::size_t i = 0; i < w.members.size() && i < query_count; i += 2) {
+    w.queries.push_back(w.members[i]);
+  }
+  return w;
+}
+
+// Runs the device-resident query kernel on `digests` (copied to device
+// memory at `byte_offset` past a 256-byte aligned start).
+std::vector<Answer> device_answers(const cuda::DeviceFilter& filter,
+                                   const std::vector<Digest>& digests,
+                                   std::size_t byte_offset = 0) {
+  std::vector<Answer> answers(digests.size(), Answer{0xee});
+  DeviceArray<std::uint8_t> in(digests.size() * sizeof(Digest), byte_offset);
+  DeviceArray<Answer> out(digests.size());
+  EXPECT_NE(in.data, nullptr);
+  EXPECT_NE(out.data, nullptr);
+  const auto* device_digests = reinterpret_cast<const Digest*>(in.data + byte_offset);
+  EXPECT_EQ(cudaMemcpy(in.data + byte_offset, digests.data(), digests.size() * sizeof(Digest),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  auto r = filter.query_device(device_digests, digests.size(), out.data);
+  EXPECT_TRUE(r.has_value()) << r.error().describe();
+  EXPECT_EQ(cudaMemcpy(answers.data(), out.data, digests.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return answers;
+}
+
+class CudaGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_engine::device_present()) {
+      GTEST_SKIP() << "no usable CUDA device: " << cuda_engine::device_description();
+    }
+  }
+};
+
+// --- The query kernel --------------------------------------------------------
+
+TEST_F(CudaGpuTest, DescribesTheDevice) {
+  const std::string description = cuda_engine::device_description();
+  std::cout << "device: " << description << "\n";
+  EXPECT_NE(description.find("sm_"), std::string::npos) << description;
+  auto info = cuda::current_device();
+  ABF_ASSERT_OK(info);
+  EXPECT_GE(info->major, 8);
+}
+
+TEST_F(CudaGpuTest, QueryKernelMatchesScalarForEveryKAndSeveralM) {
+  const std::vector<std::uint64_t> ms = {64, 128, 192, 64 * 1001, 333824,
+                                         (std::uint64_t{1} << 20) + 64};
+  for (const std::uint64_t m : ms) {
+    for (std::uint32_t k = 1; k <= 32; ++k) {
+      // About 0.7 m / k members: fill near 1/2, so both answers are common.
+      const std::size_t members = std::max<std::size_t>(1, m * 7 / 10 / k);
+      const Workload w = workload(m, std::min<std::size_t>(members, 50000), 2000, m * 64 + k);
+      const Filter filter = scalar_filter(m, k, w.members);
+      auto device = cuda::DeviceFilter::upload(filter);
+      ABF_ASSERT_OK(device);
+      ASSERT_EQ(device_answers(*device, w.queries), scalar_answers(filter, w.queries))
+          << "m = " << m << " k = " << k;
+    }
+  }
+}
+
+TEST_F(CudaGpuTest, QueryKernelMatchesScalarAtTheLargestBitCounts) {
+  for (const std::uint64_t m : {(std::uint64_t{1} << 30) - 64, std::uint64_t{1} << 30}) {
+    for (const std::uint32_t k : {1u, 7u, 32u}) {
+      const Workload w = workload(m, 200000, 20000, m + k);
+      const Filter filter = scalar_filter(m, k, w.members);
+      auto device = cuda::DeviceFilter::upload(filter);
+      ABF_ASSERT_OK(device);
+      ASSERT_EQ(device_answers(*device, w.queries), scalar_answers(filter, w.queries))
+          << "m = " << m << " k = " << k;
+    }
+  }
+}
+
+// Batch sizes 0, 1, around a warp and a block, and beyond the grid (so the
+// grid-stride loop turns), through every path.
+TEST_F(CudaGpuTest, EveryPathMatchesScalarAtTheEdgesOfBatchSizes) {
+  const std::uint64_t m = 64 * 1001;
+  const std::uint32_t k = 7;
+  const Workload w = workload(m, 5000, 0, 11);
+  const Filter filter = scalar_filter(m, k, w.members);
+  auto device = cuda::DeviceFilter::upload(filter);
+  ABF_ASSERT_OK(device);
+  auto info = cuda::current_device();
+  ABF_ASSERT_OK(info);
+  const std::size_t beyond_grid = static_cast<std::size_t>(info->sm_count) * 8 * 256 * 3 + 17;
+  const auto pool = adversarial_digests(m, beyond_grid, 12);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32},
+                              std::size_t{33}, std::size_t{255}, std::size_t{256},
+                              std::size_t{257}, std::size_t{4097}, beyond_grid}) {
+    SCOPED_TRACE("batch of " + std::to_string(n));
+    const std::vector<Digest> digests(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(n));
+    const std::vector<Answer> expected = scalar_answers(filter, digests);
+
+    EXPECT_EQ(device_answers(*device, digests), expected) << "device-resident";
+    EXPECT_EQ(device_answers(*device, digests, 8), expected) << "device-resident, misaligned";
+
+    std::vector<Answer> pageable(n, Answer{0xee});
+    ABF_ASSERT_OK(device->query_host(digests, pageable));
+    EXPECT_EQ(pageable, expected) << "host pipeline, pageable";
+
+    PinnedArray<Digest> pinned_in(n);
+    PinnedArray<Answer> pinned_out(n);
+    ASSERT_NE(pinned_in.data, nullptr);
+    ASSERT_NE(pinned_out.data, nullptr);
+    std::copy(digests.begin(), digests.end(), pinned_in.data);
+    ABF_ASSERT_OK(device->query_host(pinned_in.span(), pinned_out.span()));
+    EXPECT_EQ(std::vector<Answer>(pinned_out.data, pinned_out.data + n), expected)
+        << "host pipeline, pinned";
+
+    std::fill(pinned_out.data, pinned_out.data + n, Answer{0xee});
+    cudaStream_t stream = nullptr;
+    ABF_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ABF_ASSERT_OK(device->query_host_async(pinned_in.span(), pinned_out.span(), stream));
+    ABF_ASSERT_CUDA(cudaStreamSynchronize(stream));
+    ABF_ASSERT_CUDA(cudaStreamDestroy(stream));
+    EXPECT_EQ(std::vector<Answer>(pinned_out.data, pinned_out.data + n), expected)
+        << "host async, pinned";
+
+    std::vector<Answer> engine(n, Answer{0xee});
+    ABF_ASSERT_OK(cuda_engine::query_batch(filter, digests.data(), n, engine.data()));
+    EXPECT_EQ(engine, expected) << "cuda_engine::query_batch";
+
+    std::vector<Answer> library(n, Answer{0xee});
+    ABF_ASSERT_OK(filter.query(digests, library, Backend::kCuda));
+    EXPECT_EQ(library, expected) << "Filter::query(kCuda)";
+  }
+}
+
+// Several times the pipeline's depth (4 streams x 2^19 digests), so every
+// staging buffer is reused, and a ragged last chunk.
+TEST_F(CudaGpuTest, HugeBatchesStreamThroughThePipeline) {
+  const std::uint64_t m = 14377664;
+  const std::uint32_t k = 10;
+  const Workload w = workload(m, 1000000, 0, 21);
+  const Filter filter = scalar_filter(m, k, w.members);
+  auto device = cuda::DeviceFilter::upload(filter);
+  ABF_ASSERT_OK(device);
+  const std::size_t n = (std::size_t{1} << 19) * 9 + 12345;
+  std::vector<Digest> digests = test::random_digests(n, 22);
+  for (std::size_t i = 0; i < w.members.size(); i += 3) digests[i * 4 % n] = w.members[i];
+  const std::vector<Answer> expected = scalar_answers(filter, digests);
+  ASSERT_GT(std::count(expected.begin(), expected.end(), Answer::kMaybe), 100000);
+
+  std::vector<Answer> pageable(n, Answer{0xee});
+  ABF_ASSERT_OK(device->query_host(digests, pageable));
+  EXPECT_EQ(pageable, expected) << "pageable";
+
+  PinnedArray<Digest> pinned_in(n);
+  PinnedArray<Answer> pinned_out(n);
+  ASSERT_NE(pinned_in.data, nullptr);
+  ASSERT_NE(pinned_out.data, nullptr);
+  std::copy(digests.begin(), digests.end(), pinned_in.data);
+  ABF_ASSERT_OK(device->query_host(pinned_in.span(), pinned_out.span()));
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), pinned_out.data)) << "pinned";
+
+  EXPECT_EQ(device_answers(*device, digests), expected) << "device-resident";
+}
+
+// A user's own kernel calling the device-side API on a view, reading
+// digests at any address (the byte-load form).
+__global__ void user_prefilter(cuda::DeviceFilterView filter, const std::uint8_t* records,
+                               std::size_t count, std::uint8_t* maybe) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    maybe[i] = cuda::might_contain(filter, records + 32 * i) ? 1 : 0;
+  }
+}
+
+TEST_F(CudaGpuTest, AUsersKernelCanCallTheView) {
+  const std::uint64_t m = 333824;
+  const std::uint32_t k = 6;
+  const Workload w = workload(m, 40000, 50000, 31);
+  const Filter filter = scalar_filter(m, k, w.members);
+  auto device = cuda::DeviceFilter::upload(filter);
+  ABF_ASSERT_OK(device);
+  const std::size_t n = w.queries.size();
+  DeviceArray<std::uint8_t> in(n * sizeof(Digest), 3);
+  DeviceArray<std::uint8_t> out(n);
+  ASSERT_NE(in.data, nullptr);
+  ASSERT_NE(out.data, nullptr);
+  ABF_ASSERT_CUDA(cudaMemcpy(in.data + 3, w.queries.data(), n * sizeof(Digest),
+                             cudaMemcpyHostToDevice));
+  user_prefilter<<<64, 128>>>(device->view(), in.data + 3, n, out.data);
+  ABF_ASSERT_CUDA(cudaGetLastError());
+  ABF_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<Answer> answers(n);
+  ABF_ASSERT_CUDA(cudaMemcpy(answers.data(), out.data, n, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(answers, scalar_answers(filter, w.queries));
+}
+
+// The engine caches the last uploaded filter: a different filter of the same
+// layout must be uploaded anew, never answered from the old bits.
+TEST_F(CudaGpuTest, EngineNeverAnswersFromAStaleUpload) {
+  const std::uint64_t m = 64 * 4096;
+  const std::uint32_t k = 5;
+  const Workload a = workload(m, 30000, 0, 41);
+  const Workload b = workload(m, 30000, 0, 42);
+  const auto queries = test::random_digests(20000, 43);
+  std::vector<Digest> probes = queries;
+  probes.insert(probes.end(), a.members.begin(), a.members.begin() + 5000);
+  probes.insert(probes.end(), b.members.begin(), b.members.begin() + 5000);
+  for (int round = 0; round < 2; ++round) {
+    for (const Workload* which : {&a, &b}) {
+      const Filter filter = scalar_filter(m, k, which->members);
+      std::vector<Answer> answers(probes.size());
+      ABF_ASSERT_OK(cuda_engine::query_batch(filter, probes.data(), probes.size(), answers.data()));
+      ASSERT_EQ(answers, scalar_answers(filter, probes)) << "round " << round;
+    }
+  }
+}
+
+// --- The build kernel --------------------------------------------------------
+
+TEST_F(CudaGpuTest, BuildKernelIsBitExactWithScalarBuild) {
+  const std::vector<std::uint64_t> ms = {64, 128, 192, 64 * 1001, 9592960};
+  for (const std::uint64_t m : ms) {
+    for (const std::uint32_t k : {1u, 2u, 7u, 10u, 31u, 32u}) {
+      SCOPED_TRACE("m = " + std::to_string(m) + " k = " + std::to_string(k));
+      std::vector<Digest> digests = adversarial_digests(m, 300000, m + k);
+      // Duplicates change nothing; order changes nothing.
+      digests.insert(digests.end(), digests.begin(), digests.begin() + 1000);
+      std::vector<std::uint64_t> expected(m / 64, 0);
+      scalar::insert_batch(expected.data(), m, k, digests.data(), digests.size());
+
+      // Device-resident digests.
+      auto device = cuda::DeviceFilter::create(Layout{m, k});
+      ABF_ASSERT_OK(device);
+      DeviceArray<Digest> in(digests.size());
+      ASSERT_NE(in.data, nullptr);
+      ABF_ASSERT_CUDA(cudaMemcpy(in.data, digests.data(), digests.size() * sizeof(Digest),
+                                 cudaMemcpyHostToDevice));
+      ABF_ASSERT_OK(device->insert_device(in.data, digests.size()));
+      auto words = device->download();
+      ABF_ASSERT_OK(words);
+      ASSERT_EQ(*words, expected) << "insert_device";
+
+      // Host digests, shuffled, through the pipeline in two calls.
+      std::vector<Digest> shuffled = digests;
+      std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(m * k));
+      auto piped = cuda::DeviceFilter::create(Layout{m, k});
+      ABF_ASSERT_OK(piped);
+      const std::size_t half = shuffled.size() / 2;
+      ABF_ASSERT_OK(piped->insert_host({shuffled.data(), half}));
+      ABF_ASSERT_OK(piped->insert_host({shuffled.data() + half, shuffled.size() - half}));
+      words = piped->download();
+      ABF_ASSERT_OK(words);
+      ASSERT_EQ(*words, expected) << "insert_host";
+
+      // The engine ORs into existing bits: first half by scalar, rest on GPU.
+      std::vector<std::uint64_t> mixed(m / 64, 0);
+      scalar::insert_batch(mixed.data(), m, k, digests.data(), half);
+      ABF_ASSERT_OK(cuda_engine::insert_batch(mixed.data(), m, k, digests.data() + half,
+                                              digests.size() - half));
+      ASSERT_EQ(mixed, expected) << "cuda_engine::insert_batch";
+    }
+  }
+}
+
+// The golden builds: the GPU build kernel gives the payload the vectors pin.
+TEST_F(CudaGpuTest, BuildKernelReproducesTheGoldenBuilds) {
+  const auto rows = test::read_tsv("vectors/builds.tsv");
+  ASSERT_FALSE(rows.empty());
+  for (const auto& row : rows) {
+    const std::uint64_t member_count = std::stoull(row[0]);
+    const std::uint64_t m = std::stoull(row[3]);
+    const auto k = static_cast<std::uint32_t>(std::stoul(row[4]));
+    const std::vector<Digest> members = test::member_digests(member_count);
+    auto device = cuda::DeviceFilter::create(Layout{m, k});
+    ABF_ASSERT_OK(device);
+    ABF_ASSERT_OK(device->insert_host(members));
+    auto words = device->download();
+    ABF_ASSERT_OK(words);
+    std::uint64_t popcount = 0;
+    for (const std::uint64_t word : *words) popcount += static_cast<std::uint64_t>(__builtin_popcountll(word));
+    EXPECT_EQ(popcount, std::stoull(row[5])) << "members " << member_count << " m = " << m;
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(words->data());
+    EXPECT_EQ(sha256(std::span<const std::uint8_t>(bytes, m / 8)).hex(), row[6])
+        << "members " << member_count << " m = " << m;
+  }
+}
+
+TEST_F(CudaGpuTest, LibraryBuildWithTheCudaBackendMatchesScalar) {
+  const auto members = test::member_digests(20000);
+  const BloomSpec spec{20000, 0.01};
+  auto on_gpu = build_filter(members, spec, 7, Backend::kCuda);
+  ABF_ASSERT_OK(on_gpu);
+  auto reference = build_filter(members, spec, 7, Backend::kScalar);
+  ABF_ASSERT_OK(reference);
+  ASSERT_TRUE(std::ranges::equal(on_gpu->words(), reference->words()));
+}
+
+// --- Errors --------------------------------------------------------------------
+
+TEST_F(CudaGpuTest, BadArgumentsAreInvalidArgument) {
+  auto bad_layout = cuda::DeviceFilter::create(Layout{100, 3});
+  ASSERT_FALSE(bad_layout.has_value());
+  EXPECT_EQ(bad_layout.error().code, ErrorCode::kInvalidArgument);
+  bad_layout = cuda::DeviceFilter::create(Layout{64, 33});
+  ASSERT_FALSE(bad_layout.has_value());
+  EXPECT_EQ(bad_layout.error().code, ErrorCode::kInvalidArgument);
+
+  auto device = cuda::DeviceFilter::create(Layout{128, 3});
+  ABF_ASSERT_OK(device);
+  const auto digests = test::random_digests(10, 1);
+  std::vector<Answer> short_answers(9);
+  auto r = device->query_host(digests, short_answers);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+
+  DeviceArray<Digest> on_device(10);
+  ASSERT_NE(on_device.data, nullptr);
+  std::vector<Answer> answers(10);
+  r = device->query_host({on_device.data, 10}, answers);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << r.error().message;
+}
+
+TEST_F(CudaGpuTest, OutOfDeviceMemoryIsACudaError) {
+  void* p = nullptr;
+  const cudaError_t status = cudaMalloc(&p, std::size_t{1} << 52);  // 4 PiB
+  ASSERT_NE(status, cudaSuccess);
+  const Error error = cuda::detail::cuda_error(status, "cudaMalloc (4 PiB)");
+  EXPECT_EQ(error.code, ErrorCode::kCuda);
+  EXPECT_NE(error.message.find("out of device memory"), std::string::npos) << error.message;
+  EXPECT_NE(error.message.find("4 PiB"), std::string::npos) << error.message;
+  (void)cudaGetLastError();
+}
+
+// These need no device: the mapping of CUDA statuses to abf errors.
+TEST(CudaErrorTest, NoDeviceAndOldDriverMeanBackendUnavailable) {
+  for (const cudaError_t status : {cudaErrorNoDevice, cudaErrorInsufficientDriver,
+                                   cudaErrorNoKernelImageForDevice}) {
+    const Error error = cuda::detail::cuda_error(status, "probing");
+    EXPECT_EQ(error.code, ErrorCode::kBackendUnavailable) << error.message;
+    EXPECT_NE(error.message.find("probing"), std::string::npos) << error.message;
+    EXPECT_NE(error.message.find(cudaGetErrorName(status)), std::string::npos) << error.message;
+  }
+  const Error oom = cuda::detail::cuda_error(cudaErrorMemoryAllocation, "cudaMalloc (1 GiB)");
+  EXPECT_EQ(oom.code, ErrorCode::kCuda);
+  EXPECT_NE(oom.message.find("out of device memory"), std::string::npos) << oom.message;
+  const Error launch = cuda::detail::cuda_error(cudaErrorLaunchFailure, "launching");
+  EXPECT_EQ(launch.code, ErrorCode::kCuda);
+  EXPECT_TRUE(cuda::detail::check(cudaSuccess, "nothing").has_value());
+}
+
+TEST(CudaErrorTest, WithoutADeviceEveryEntryPointSaysWhy) {
+  if (cuda_engine::device_present()) GTEST_SKIP() << "a device is present";
+  auto device = cuda::DeviceFilter::create(Layout{64, 1});
+  ASSERT_FALSE(device.has_value());
+  EXPECT_EQ(device.error().code, ErrorCode::kBackendUnavailable) << device.error().message;
+  const Filter filter = scalar_filter(64, 1, test::random_digests(3, 5));
+  const auto digests = test::random_digests(3, 6);
+  std::vector<Answer> answers(3);
+  auto r = filter.query(digests, answers, Backend::kCuda);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kBackendUnavailable) << r.error().message;
+  // Auto falls back to the CPU and answers exactly.
+  ABF_ASSERT_OK(filter.query(digests, answers, Backend::kAuto));
+  EXPECT_EQ(answers, scalar_answers(filter, digests));
+}
+
+}  // namespace
+}  // namespace abf
