@@ -33,15 +33,15 @@ constexpr std::uint64_t kAllOnes = ~std::uint64_t{0};
 
 // --- Helpers -----------------------------------------------------------------
 
-#define ABF_ASSERT_OK(expr)                                        \
-  do {                                                             \
-    const auto& abf_result_ = (expr);                              \
+#define ABF_ASSERT_OK(expr)                                                 \
+  do {                                                                      \
+    const auto& abf_result_ = (expr);                                       \
     ASSERT_TRUE(abf_result_.has_value()) << abf_result_.error().describe(); \
   } while (0)
 
-#define ABF_ASSERT_CUDA(expr)                                                    \
-  do {                                                                           \
-    const cudaError_t abf_status_ = (expr);                                      \
+#define ABF_ASSERT_CUDA(expr)                                                                \
+  do {                                                                                       \
+    const cudaError_t abf_status_ = (expr);                                                  \
     ASSERT_EQ(abf_status_, cudaSuccess) << #expr << ": " << cudaGetErrorString(abf_status_); \
   } while (0)
 
@@ -51,7 +51,8 @@ struct DeviceArray {
   T* data = nullptr;
   std::size_t size = 0;
   explicit DeviceArray(std::size_t n, std::size_t extra_bytes = 0) : size(n) {
-    if (cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T) + extra_bytes + 1) != cudaSuccess) {
+    if (cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T) + extra_bytes + 1) !=
+        cudaSuccess) {
       data = nullptr;
     }
   }
@@ -105,10 +106,21 @@ std::vector<Answer> scalar_answers(const Filter& filter, const std::vector<Diges
 std::vector<Digest> adversarial_digests(std::uint64_t m, std::size_t random_count,
                                         std::uint64_t seed) {
   const std::uint64_t top = kAllOnes / m * m;
-  const std::vector<std::uint64_t> words = {0,      1,         2,        m - 1,   m,
-                                            m + 1,  2 * m,     top,      top - 1, top - m,
-                                            kAllOnes, kAllOnes - 1, std::uint64_t{1} << 63,
-                                            (std::uint64_t{1} << 63) - 1, m << 32};
+  const std::vector<std::uint64_t> words = {0,
+                                            1,
+                                            2,
+                                            m - 1,
+                                            m,
+                                            m + 1,
+                                            2 * m,
+                                            top,
+                                            top - 1,
+                                            top - m,
+                                            kAllOnes,
+                                            kAllOnes - 1,
+                                            std::uint64_t{1} << 63,
+                                            (std::uint64_t{1} << 63) - 1,
+                                            m << 32};
   std::vector<Digest> digests;
   for (const std::uint64_t h1 : words) {
     for (const std::uint64_t h2 : words) digests.push_back(test::digest_with_words(h1, h2));
@@ -177,8 +189,8 @@ TEST_F(CudaGpuTest, DescribesTheDevice) {
 }
 
 TEST_F(CudaGpuTest, QueryKernelMatchesScalarForEveryKAndSeveralM) {
-  const std::vector<std::uint64_t> ms = {64, 128, 192, 64 * 1001, 333824,
-                                         (std::uint64_t{1} << 20) + 64};
+  const std::vector<std::uint64_t> ms = {64,        128,    192,
+                                         64 * 1001, 333824, (std::uint64_t{1} << 20) + 64};
   for (const std::uint64_t m : ms) {
     for (std::uint32_t k = 1; k <= 32; ++k) {
       // About 0.7 m / k members: fill near 1/2, so both answers are common.
@@ -219,9 +231,9 @@ TEST_F(CudaGpuTest, EveryPathMatchesScalarAtTheEdgesOfBatchSizes) {
   ABF_ASSERT_OK(info);
   const std::size_t beyond_grid = static_cast<std::size_t>(info->sm_count) * 8 * 256 * 3 + 17;
   const auto pool = adversarial_digests(m, beyond_grid, 12);
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32},
-                              std::size_t{33}, std::size_t{255}, std::size_t{256},
-                              std::size_t{257}, std::size_t{4097}, beyond_grid}) {
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33},
+        std::size_t{255}, std::size_t{256}, std::size_t{257}, std::size_t{4097}, beyond_grid}) {
     SCOPED_TRACE("batch of " + std::to_string(n));
     const std::vector<Digest> digests(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(n));
     const std::vector<Answer> expected = scalar_answers(filter, digests);
@@ -313,8 +325,8 @@ TEST_F(CudaGpuTest, AUsersKernelCanCallTheView) {
   DeviceArray<std::uint8_t> out(n);
   ASSERT_NE(in.data, nullptr);
   ASSERT_NE(out.data, nullptr);
-  ABF_ASSERT_CUDA(cudaMemcpy(in.data + 3, w.queries.data(), n * sizeof(Digest),
-                             cudaMemcpyHostToDevice));
+  ABF_ASSERT_CUDA(
+      cudaMemcpy(in.data + 3, w.queries.data(), n * sizeof(Digest), cudaMemcpyHostToDevice));
   user_prefilter<<<64, 128>>>(device->view(), in.data + 3, n, out.data);
   ABF_ASSERT_CUDA(cudaGetLastError());
   ABF_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -406,7 +418,8 @@ TEST_F(CudaGpuTest, BuildKernelReproducesTheGoldenBuilds) {
     auto words = device->download();
     ABF_ASSERT_OK(words);
     std::uint64_t popcount = 0;
-    for (const std::uint64_t word : *words) popcount += static_cast<std::uint64_t>(__builtin_popcountll(word));
+    for (const std::uint64_t word : *words)
+      popcount += static_cast<std::uint64_t>(__builtin_popcountll(word));
     EXPECT_EQ(popcount, std::stoull(row[5])) << "members " << member_count << " m = " << m;
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(words->data());
     EXPECT_EQ(sha256(std::span<const std::uint8_t>(bytes, m / 8)).hex(), row[6])
@@ -463,8 +476,8 @@ TEST_F(CudaGpuTest, OutOfDeviceMemoryIsACudaError) {
 
 // These need no device: the mapping of CUDA statuses to abf errors.
 TEST(CudaErrorTest, NoDeviceAndOldDriverMeanBackendUnavailable) {
-  for (const cudaError_t status : {cudaErrorNoDevice, cudaErrorInsufficientDriver,
-                                   cudaErrorNoKernelImageForDevice}) {
+  for (const cudaError_t status :
+       {cudaErrorNoDevice, cudaErrorInsufficientDriver, cudaErrorNoKernelImageForDevice}) {
     const Error error = cuda::detail::cuda_error(status, "probing");
     EXPECT_EQ(error.code, ErrorCode::kBackendUnavailable) << error.message;
     EXPECT_NE(error.message.find("probing"), std::string::npos) << error.message;

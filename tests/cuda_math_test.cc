@@ -22,9 +22,18 @@ constexpr std::uint64_t kAllOnes = ~std::uint64_t{0};
 // m in 64..2^30, multiples of 64: the edges, odd multiples of 64 (the ones a
 // shift cannot reduce), multiples near powers of two, the golden layouts.
 std::vector<std::uint64_t> bit_count_sweep() {
-  std::vector<std::uint64_t> ms = {64, 128, 192, 320, 448, 64 * 1001, 64 * 65535,
-                                   333824, 9592960, 14377664,
-                                   (std::uint64_t{1} << 30) - 64, std::uint64_t{1} << 30};
+  std::vector<std::uint64_t> ms = {64,
+                                   128,
+                                   192,
+                                   320,
+                                   448,
+                                   64 * 1001,
+                                   64 * 65535,
+                                   333824,
+                                   9592960,
+                                   14377664,
+                                   (std::uint64_t{1} << 30) - 64,
+                                   std::uint64_t{1} << 30};
   for (std::uint64_t odd = 3; odd < 64; odd += 2) ms.push_back(64 * odd);
   for (int shift = 7; shift < 30; ++shift) {
     const std::uint64_t power = std::uint64_t{1} << shift;
@@ -99,7 +108,8 @@ TEST(CudaMathTest, ViewCarriesTheReducerOfItsBitCount) {
 TEST(CudaMathTest, ByteSwapOfALittleEndianLoadIsTheBigEndianWord) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 10000; ++i) {
-    const std::uint64_t h1 = i < 4 ? std::vector<std::uint64_t>{0, 1, kAllOnes, 1ull << 63}[i] : rng();
+    const std::uint64_t h1 =
+        i < 4 ? std::vector<std::uint64_t>{0, 1, kAllOnes, 1ull << 63}[i] : rng();
     const Digest digest = test::digest_with_words(h1, rng());
     std::uint64_t little = 0;
     for (int b = 7; b >= 0; --b) little = (little << 8) | digest.bytes[b];
@@ -160,8 +170,8 @@ std::vector<Digest> adversarial_digests(std::uint64_t m, std::mt19937_64& rng) {
 // inserting members, same answers for members and non-members.
 TEST(CudaMathTest, ViewQueryAndInsertMatchTheScalarReference) {
   std::mt19937_64 rng(99);
-  const std::vector<std::uint64_t> ms = {64, 128, 192, 64 * 1001, 333824,
-                                         (std::uint64_t{1} << 20) + 64};
+  const std::vector<std::uint64_t> ms = {64,        128,    192,
+                                         64 * 1001, 333824, (std::uint64_t{1} << 20) + 64};
   for (const std::uint64_t m : ms) {
     const std::vector<Digest> digests = adversarial_digests(m, rng);
     // Members: every third digest, so sparse and dense filters both occur.

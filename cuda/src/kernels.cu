@@ -30,8 +30,8 @@ __global__ void __launch_bounds__(kBlockSize)
     query_kernel(DeviceFilterView view, const std::uint8_t* records, std::size_t count,
                  std::uint8_t* answers) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     std::uint64_t h1, h2;
     load_h1_h2<kAligned>(records + 32 * i, h1, h2);
     answers[i] = might_contain(view, h1, h2) ? 1 : 0;
@@ -42,8 +42,8 @@ template <bool kAligned>
 __global__ void __launch_bounds__(kBlockSize)
     insert_kernel(DeviceBuildView view, const std::uint8_t* records, std::size_t count) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     std::uint64_t h1, h2;
     load_h1_h2<kAligned>(records + 32 * i, h1, h2);
     insert(view, h1, h2);

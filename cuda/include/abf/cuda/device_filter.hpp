@@ -42,13 +42,13 @@ namespace abf::cuda {
 // The device the backend would use: the calling thread's current device.
 struct DeviceInfo {
   int ordinal = 0;
-  std::string name;            // "NVIDIA H200"
-  int major = 0;               // compute capability, e.g. 9.0
+  std::string name;  // "NVIDIA H200"
+  int major = 0;     // compute capability, e.g. 9.0
   int minor = 0;
-  int sm_count = 0;            // multiprocessors
+  int sm_count = 0;              // multiprocessors
   std::size_t total_memory = 0;  // bytes
-  int driver_version = 0;      // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;     // cudaRuntimeGetVersion of the runtime linked in
+  int driver_version = 0;        // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;       // cudaRuntimeGetVersion of the runtime linked in
 
   // "NVIDIA H200 (device 0, sm_90, 132 SMs, 139.8 GiB, driver 13.0, runtime 13.0)".
   std::string describe() const;

@@ -104,10 +104,9 @@ ABF_HD inline void or_word(std::uint64_t* p, std::uint64_t mask) {
 
 // "Maybe" (true) iff all k bits of the digest whose first two big-endian
 // words are h1 and h2 are set; false is a proof of absence.
-ABF_HD inline bool might_contain(const DeviceFilterView& view, std::uint64_t h1,
-                                 std::uint64_t h2) {
+ABF_HD inline bool might_contain(const DeviceFilterView& view, std::uint64_t h1, std::uint64_t h2) {
   const std::uint64_t m = view.bit_count;
-  std::uint64_t i = view.reducer.reduce(h1);         // probe::first_index
+  std::uint64_t i = view.reducer.reduce(h1);               // probe::first_index
   const std::uint64_t step = view.reducer.reduce(h2 | 1);  // probe::step_of
   for (std::uint32_t j = 0; j < view.hash_count; ++j) {
     if ((detail::load_word(view.words + probe::word_of(i)) & probe::mask_of(i)) == 0) return false;
