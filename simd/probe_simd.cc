@@ -24,9 +24,10 @@ void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_
                 Answer* answers) {
   const auto constants = simd::ModConstants::of(view.bit_count);
   simd::detail::BlockState block;
+  bool members = false;  // whether the last block was mostly members
   for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
     const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-    QueryBlock(view, constants, digests + begin, n, answers + begin, block);
+    QueryBlock(view, constants, digests + begin, n, answers + begin, block, members);
   }
 }
 

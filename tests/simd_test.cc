@@ -291,6 +291,29 @@ TEST_P(SimdEngineTest, EveryBatchSizeAndStartingElement) {
   }
 }
 
+// Runs of members and of non-members in one batch: the engine switches
+// between compaction and the straight finish from block to block.
+TEST_P(SimdEngineTest, RunsOfMembersAndNonMembersInOneBatch) {
+  for (const std::uint64_t m : {std::uint64_t{64 * 1001}, std::uint64_t{9592960}}) {
+    for (const std::uint32_t k : {1u, 4u, 7u, 32u}) {
+      const auto members = test::random_digests(5000, m + k);
+      const auto others = test::random_digests(5000, m + k + 1000);
+      std::vector<std::uint64_t> words(m / 64, 0);
+      scalar::insert_batch(words.data(), m, k, members.data(), members.size());
+      std::vector<Digest> batch;
+      const std::size_t runs[] = {2048, 1500, 3000, 700, 1024, 2100};
+      for (std::size_t r = 0; r < std::size(runs); ++r) {
+        const auto& source = r % 2 == 0 ? members : others;
+        batch.insert(batch.end(), source.begin() + 100 * r, source.begin() + 100 * r + runs[r]);
+      }
+      const probe::FilterView view{words.data(), m, k};
+      ASSERT_EQ(simd_answers(view, batch.data(), batch.size()),
+                scalar_answers(view, batch.data(), batch.size()))
+          << "m " << m << " k " << k;
+    }
+  }
+}
+
 TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
   // Digest has alignment 1: an array of them may start at any byte.
   const std::uint64_t m = 9592960;
