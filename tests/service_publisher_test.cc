@@ -13,6 +13,7 @@
 
 #include "abf/abf.hpp"
 #include "abf/service/metrics.hpp"
+#include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
 #include "test_support.hpp"
 
@@ -215,6 +216,64 @@ TEST_F(PublisherTest, ConcurrentPublishersNeverGoBackwards) {
   EXPECT_EQ(publisher.publish_count(), accepted.load());
   EXPECT_EQ(publisher.publish_count() + publisher.load_failure_count(), 64u);
   EXPECT_GE(publisher.current()->catalog_version(), 62u);
+}
+
+// The service's query path (snapshot reference, filter, store, sharded
+// metrics) on many threads while snapshots are swapped: every answer equals
+// the store's, and the counters add up.
+TEST_F(PublisherTest, ServiceAnswersCorrectlyWhileSnapshotsSwap) {
+  constexpr std::uint64_t kVersions = 120;
+  constexpr int kReaders = 4;
+  MemoryRepository store;
+  std::vector<Filter> filters;
+  std::vector<Digest> everything;
+  for (std::uint64_t v = 1; v <= kVersions; ++v) {
+    const auto members = members_of(v);
+    EXPECT_EQ(store.add(members), v);
+    everything.insert(everything.end(), members.begin(), members.end());
+    auto filter = build_filter(store.digests_at_version(v),
+                               {.expected_item_count = kVersions * kMembersPerVersion, .target_fpp = 0.01},
+                               v, Backend::kScalar);
+    ASSERT_TRUE(filter.has_value());
+    filters.push_back(std::move(*filter));
+  }
+  Metrics metrics;
+  SnapshotPublisher publisher(&metrics);
+  ASSERT_TRUE(publisher.publish(filters[0]).has_value());
+  const ArtifactExistenceService service(publisher, store, &metrics);
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> answered{0};
+  std::atomic<std::uint64_t> wrong{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&, r] {
+      std::size_t i = static_cast<std::size_t>(r) * 97;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const Digest& digest = everything[i++ % everything.size()];
+        auto answer = service.exists(digest);
+        if (!answer.has_value() ||
+            answer->exists != *store.exists_at_version(digest, answer->catalog_version)) {
+          wrong.fetch_add(1);
+        }
+        answered.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  for (std::uint64_t v = 2; v <= kVersions; ++v) {
+    ASSERT_TRUE(publisher.publish(filters[v - 1]).has_value());
+    std::this_thread::yield();
+  }
+  const std::uint64_t at_end = answered.load();
+  while (answered.load() < at_end + 8 * kReaders) std::this_thread::yield();
+  stop.store(true);
+  for (auto& reader : readers) reader.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  const auto m = metrics.collect(publisher.current().get());
+  EXPECT_EQ(m[Counter::kQuery], answered.load());
+  EXPECT_EQ(m[Counter::kNegative] + m[Counter::kMaybe], answered.load());
+  EXPECT_EQ(m[Counter::kExactLookup], m[Counter::kMaybe]);
+  EXPECT_EQ(m.catalog_version, kVersions);
 }
 
 }  // namespace

@@ -50,9 +50,11 @@ Result<ExistenceAnswer> ArtifactExistenceService::ask_store(const Digest& digest
 }
 
 Result<ExistenceAnswer> ArtifactExistenceService::exists(const Digest& digest) const {
+  // One snapshot for the whole query: the version and the filter belong
+  // together, whatever is published meanwhile.
   const auto snapshot = publisher_.current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
-  return exists_at_version(digest, snapshot->catalog_version());
+  return answer(digest, snapshot->catalog_version(), options_.use_filter ? snapshot.get() : nullptr);
 }
 
 Result<ExistenceAnswer> ArtifactExistenceService::exists(std::string_view digest_text) const {
@@ -72,6 +74,12 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists_at_version(
   // One reference for the whole query: a publish meanwhile does not change
   // the snapshot this answer is made with.
   const auto snapshot = options_.use_filter ? publisher_.current() : nullptr;
+  return answer(digest, catalog_version, snapshot.get());
+}
+
+Result<ExistenceAnswer> ArtifactExistenceService::answer(const Digest& digest,
+                                                         std::uint64_t catalog_version,
+                                                         const Snapshot* snapshot) const {
   if (snapshot == nullptr || snapshot->catalog_version() != catalog_version) {
     // No filter for this version: the store decides alone.
     auto answer = ask_store(digest, catalog_version);

@@ -103,6 +103,9 @@ class ArtifactExistenceService {
 
  private:
   Result<ExistenceAnswer> ask_store(const Digest& digest, std::uint64_t version) const;
+  // The filter of `snapshot` (null: none) is used only for its own version.
+  Result<ExistenceAnswer> answer(const Digest& digest, std::uint64_t catalog_version,
+                                 const Snapshot* snapshot) const;
 
   const SnapshotPublisher& publisher_;
   ArtifactRepository& repository_;
