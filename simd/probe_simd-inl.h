@@ -23,9 +23,6 @@ namespace abf::simd::detail {
 // misses in flight to cover DRAM latency; the last rounds of a block, with
 // few survivors left, pay about one latency each, 1/1024 of it per digest.
 inline constexpr std::size_t kBlock = 1024;
-// How far ahead of the probe it tests the loop prefetches: enough misses in
-// flight to saturate Zen 4's ~24 L1 miss buffers.
-inline constexpr std::size_t kPrefetchDistance = 32;
 // Filters smaller than this sit in L2 (1 MiB a core here); prefetching them
 // only costs instructions.
 inline constexpr std::uint64_t kPrefetchMinBytes = std::uint64_t{1} << 20;
@@ -41,7 +38,7 @@ inline constexpr std::size_t kStraight = 64;
 
 // Scratch of one block, on the stack of the calling thread.
 struct alignas(64) BlockState {
-  std::uint64_t state[kBlock + kPrefetchDistance];  // tail: valid positions for prefetch
+  std::uint64_t state[kBlock];
   std::uint64_t step[kBlock];
   // The straight finish: positions[j * kStraight + i] is probe j of digest i.
   std::uint64_t positions[probe::kMaxHashCount * kStraight];
@@ -153,6 +150,27 @@ HWY_INLINE void ComputeStarts(const simd::ModConstants& constants, const Digest*
   }
 }
 
+// positions[j * kStraight + i] = probe j of digest i, for i < n <= kStraight
+// starting at first[i] with step[i]. Reads whole vectors: first and step
+// must hold valid values up to n rounded up to the lane count.
+HWY_INLINE void ExpandPositions(const std::uint64_t* HWY_RESTRICT first,
+                                const std::uint64_t* HWY_RESTRICT step, std::size_t n,
+                                std::uint32_t probes, std::uint64_t m,
+                                std::uint64_t* HWY_RESTRICT positions) {
+  using simd::detail::kStraight;
+  const hn::ScalableTag<std::uint64_t> d;
+  const auto vm = hn::Set(d, m);
+  for (std::size_t i = 0; i < n; i += hn::Lanes(d)) {
+    auto position = hn::LoadU(d, first + i);
+    const auto st = hn::LoadU(d, step + i);
+    for (std::uint32_t j = 0; j < probes; ++j) {
+      hn::StoreU(position, d, positions + j * kStraight + i);
+      const auto next = hn::Add(position, st);
+      position = hn::Min(next, hn::Sub(next, vm));  // probe::advance: next - m wraps if next < m
+    }
+  }
+}
+
 // The remaining `probes` probes of the `active` digests in `state`, without
 // compaction: for a batch of members every probe must be tested anyway.
 // Vectors compute every remaining position up front, so the test loop is
@@ -166,9 +184,7 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
                                       simd::detail::BlockState& block) {
   using simd::detail::kPositionMask;
   using simd::detail::kStraight;
-  const hn::ScalableTag<std::uint64_t> d;
-  const std::size_t lanes = hn::Lanes(d);
-  const auto vm = hn::Set(d, m);
+  const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
   std::uint64_t* HWY_RESTRICT positions = block.positions;
   std::size_t maybe = 0;
   for (std::size_t base = 0; base < active; base += kStraight) {
@@ -179,16 +195,11 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
       block.first[i] = s & kPositionMask;
       block.straight_step[i] = step[s >> 32];
     }
-    // Lanes past n hold stale but valid positions and steps.
-    for (std::size_t i = 0; i < n; i += lanes) {
-      auto position = hn::LoadU(d, block.first + i);
-      const auto st = hn::LoadU(d, block.straight_step + i);
-      for (std::uint32_t j = 0; j < probes; ++j) {
-        hn::StoreU(position, d, positions + j * kStraight + i);
-        const auto next = hn::Add(position, st);
-        position = hn::Min(next, hn::Sub(next, vm));  // probe::advance: next - m wraps if next < m
-      }
+    for (std::size_t i = n; i < kStraight && i % lanes != 0; ++i) {
+      block.first[i] = 0;  // whole vectors: valid padding
+      block.straight_step[i] = 0;
     }
+    ExpandPositions(block.first, block.straight_step, n, probes, m, positions);
     if (prefetch) {
       // All lines first, then the tests: a test waiting on a miss holds
       // scheduler entries, a prefetch does not, so this keeps more misses
@@ -228,7 +239,6 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
                            const Digest* digests, std::size_t count, Answer* answers,
                            simd::detail::BlockState& block, bool& members) {
   using simd::detail::kPositionMask;
-  using simd::detail::kPrefetchDistance;
   std::uint64_t* HWY_RESTRICT state = block.state;
   const std::uint64_t* HWY_RESTRICT step = block.step;  // by digest index, never moved
   ComputeStarts(constants, digests, count, block.step, [state](auto dn, std::size_t i, auto first) {
@@ -236,7 +246,6 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
     hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))), dn,
                state + i);
   });
-  std::fill(state + count, state + count + kPrefetchDistance, std::uint64_t{0});
   std::fill(answers, answers + count, Answer::kDefinitelyNot);
 
   const std::uint64_t* HWY_RESTRICT words = view.words;
@@ -278,31 +287,41 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
   for (std::size_t t = 0; t < active; ++t) answers[state[t] >> 32] = Answer::kMaybe;
 }
 
-// Sets the k bits of count <= kBlock digests: all first bits, then all
-// second bits, ... with prefetch ahead, so k * count stores overlap their
-// misses instead of waiting for them one digest at a time.
-HWY_INLINE void InsertBlock(std::uint64_t* words, std::uint32_t hash_count,
+// Sets the k bits of count <= kBlock digests, kStraight digests at a time:
+// vectors expand all their positions, large filters prefetch every line
+// (for writing), then a tight loop ORs the bits in, so k * kStraight stores
+// overlap their misses instead of waiting for them one digest at a time.
+HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t hash_count,
                             const simd::ModConstants& constants, const Digest* digests,
                             std::size_t count, simd::detail::BlockState& block) {
-  using simd::detail::kPrefetchDistance;
-  std::uint64_t* state = block.state;
-  std::uint64_t* step = block.step;
+  using simd::detail::kStraight;
+  std::uint64_t* HWY_RESTRICT first = block.state;
+  std::uint64_t* HWY_RESTRICT step = block.step;
   ComputeStarts(constants, digests, count, step,
-                [state](auto dn, std::size_t i, auto first) { hn::StoreU(first, dn, state + i); });
-  std::fill(state + count, state + count + kPrefetchDistance, std::uint64_t{0});
+                [first](auto dn, std::size_t i, auto v) { hn::StoreU(v, dn, first + i); });
+  const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
+  for (std::size_t i = count; i % lanes != 0; ++i) {
+    first[i] = 0;  // whole vectors: valid padding (kBlock is a multiple of lanes)
+    step[i] = 0;
+  }
   const std::uint64_t m = constants.m;
   const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
-  for (std::uint32_t round = 0; round < hash_count; ++round) {
+  std::uint64_t* HWY_RESTRICT positions = block.positions;
+  for (std::size_t base = 0; base < count; base += kStraight) {
+    const std::size_t n = std::min(kStraight, count - base);
+    ExpandPositions(first + base, step + base, n, hash_count, m, positions);
     if (prefetch) {
-      for (std::size_t t = 0; t < std::min(count, kPrefetchDistance); ++t) {
-        __builtin_prefetch(words + (state[t] >> 6), 1);
+      for (std::uint32_t j = 0; j < hash_count; ++j) {
+        for (std::size_t i = 0; i < n; ++i) {
+          __builtin_prefetch(words + probe::word_of(positions[j * kStraight + i]), 1);
+        }
       }
     }
-    for (std::size_t t = 0; t < count; ++t) {
-      if (prefetch) __builtin_prefetch(words + (state[t + kPrefetchDistance] >> 6), 1);
-      const std::uint64_t position = state[t];
-      words[probe::word_of(position)] |= probe::mask_of(position);
-      state[t] = probe::advance(position, step[t], m);
+    for (std::uint32_t j = 0; j < hash_count; ++j) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t position = positions[j * kStraight + i];
+        words[probe::word_of(position)] |= probe::mask_of(position);
+      }
     }
   }
 }
