@@ -27,6 +27,15 @@ inline constexpr std::size_t kBlock = 1024;
 // only costs instructions.
 inline constexpr std::uint64_t kPrefetchMinBytes = std::uint64_t{1} << 20;
 
+// How many probes ahead a compaction round prefetches. Measured on the
+// absent-query benchmark (ns per digest at distance 16 / 32 / 64 / 128 / 256):
+// llc 5.4 / 6.8 / 5.4 / 5.1 / 5.5, dram 39 / 30 / 22 / 18.4 / 18.2; prefetching
+// the whole round first gave 5.9 and 20. Larger distances need more lines
+// in flight than a small filter's latency calls for.
+inline std::size_t prefetch_distance(std::uint64_t bit_count) {
+  return bit_count / 8 > (std::uint64_t{32} << 20) ? 256 : 128;
+}
+
 // A probe's state packs the digest's index within its block (high 32 bits)
 // with its current bit position (low 32 bits, < m <= 2^30): one load, one
 // store per compaction step, and position + step never carries into the id.
@@ -252,17 +261,21 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
   const std::uint64_t m = view.bit_count;
   const std::uint32_t k = view.hash_count;
   const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
+  const std::size_t distance = simd::detail::prefetch_distance(m);
   std::size_t active = count;
   std::uint32_t round = 0;
   // After a block of mostly members, expect another: skip compaction.
   while (!members && round < k && active != 0) {
     if (prefetch) {
-      for (std::size_t t = 0; t < active; ++t) {
+      for (std::size_t t = 0; t < std::min(active, distance); ++t) {
         hwy::Prefetch(words + ((state[t] & kPositionMask) >> 6));
       }
     }
     std::size_t kept = 0;
     for (std::size_t t = 0; t < active; ++t) {
+      if (prefetch && t + distance < active) {
+        hwy::Prefetch(words + ((state[t + distance] & kPositionMask) >> 6));
+      }
       const std::uint64_t s = state[t];
       const std::uint64_t position = s & kPositionMask;
       const std::uint64_t bit = (words[position >> 6] >> (position & 63)) & 1;
