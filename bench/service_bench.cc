@@ -75,8 +75,8 @@ struct World {
       error = added.error().describe();
       return;
     }
-    auto filter = build_filter_from_catalog(*catalog, added->version,
-                                            {.expected_item_count = kCatalogSize, .target_fpp = kFpp});
+    auto filter = build_filter_from_catalog(
+        *catalog, added->version, {.expected_item_count = kCatalogSize, .target_fpp = kFpp});
     if (!filter) {
       error = filter.error().describe();
       return;
@@ -169,7 +169,13 @@ void BM_DedupSideBySide(benchmark::State& state) {
   state.counters["observed_fpp"] = filtered_counts.observed_false_positive_rate();
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * 4 * kCandidates));
 }
-BENCHMARK(BM_DedupSideBySide)->ArgName("new_pct")->Arg(99)->Arg(90)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DedupSideBySide)
+    ->ArgName("new_pct")
+    ->Arg(99)
+    ->Arg(90)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The cost of one exact lookup against the 1M-row catalog, batched.
 void BM_SqliteBatchLookup(benchmark::State& state) {

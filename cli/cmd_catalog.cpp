@@ -41,9 +41,8 @@ int run_change(const CatalogOptions& options, bool adding) {
   std::cout << change->version << '\n';
   std::cerr << "abf " << name << ": catalog version " << change->version << ": "
             << with_commas(change->changed) << (adding ? " added, " : " removed, ")
-            << with_commas(change->unchanged)
-            << (adding ? " already present" : " not present") << " (of "
-            << with_commas(change->requested) << " read)\n";
+            << with_commas(change->unchanged) << (adding ? " already present" : " not present")
+            << " (of " << with_commas(change->requested) << " read)\n";
   return kExitOk;
 }
 

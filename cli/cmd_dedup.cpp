@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -119,12 +119,14 @@ int run_dedup(const DedupOptions& options) {
   if (!options.stats_json.empty()) {
     auto file = AtomicFile::create(options.stats_json);
     if (!file) return report("dedup", file.error());
-    if (auto wrote = file->write(json.dump(2) + "\n"); !wrote) return report("dedup", wrote.error());
+    if (auto wrote = file->write(json.dump(2) + "\n"); !wrote)
+      return report("dedup", wrote.error());
     if (auto done = file->commit(); !done) return report("dedup", done.error());
   }
   if (auto committed = output->commit(); !committed) return report("dedup", committed.error());
-  std::cerr << "abf dedup: catalog version " << version << ", " << (options.exact_only ? "exact store only" : "filter in front")
-            << ", " << result->seconds << " s\n";
+  std::cerr << "abf dedup: catalog version " << version << ", "
+            << (options.exact_only ? "exact store only" : "filter in front") << ", "
+            << result->seconds << " s\n";
   for (const auto& [key, value] : json.items()) {
     if (key == "catalogVersion" || key == "filter" || key == "seconds") continue;
     std::cerr << "  " << key << ' ' << value.dump() << '\n';
@@ -224,21 +226,23 @@ int run_dedup_demo(std::ostream& out) {
   auto added = catalog->add(members);
   if (!added) return report(command, added.error());
   std::error_code ec;
-  out << "  catalog       " << with_commas(kCatalogSize) << " digests SHA-256(\"catalog:<i>\") as version "
-      << added->version << ", written in " << fixed(seconds_since(start), 2) << " s ("
+  out << "  catalog       " << with_commas(kCatalogSize)
+      << " digests SHA-256(\"catalog:<i>\") as version " << added->version << ", written in "
+      << fixed(seconds_since(start), 2) << " s ("
       << with_commas(std::filesystem::file_size(db_path, ec)) << " bytes of SQLite)\n";
 
   start = std::chrono::steady_clock::now();
   auto filter = service::build_filter_from_catalog(
       *catalog, added->version, BloomSpec{.expected_item_count = kCatalogSize, .target_fpp = kFpp});
   if (!filter) return report(command, filter.error());
-  if (auto saved = save_snapshot(*filter, snapshot_path); !saved) return report(command, saved.error());
+  if (auto saved = save_snapshot(*filter, snapshot_path); !saved)
+    return report(command, saved.error());
   service::Metrics metrics;
   service::SnapshotPublisher publisher(&metrics);
   auto published = publisher.load_and_publish(snapshot_path);
   if (!published) return report(command, published.error());
-  out << "  snapshot      catalog version " << filter->catalog_version() << ", m = "
-      << with_commas(filter->bit_count()) << " bits, k = " << filter->hash_count()
+  out << "  snapshot      catalog version " << filter->catalog_version()
+      << ", m = " << with_commas(filter->bit_count()) << " bits, k = " << filter->hash_count()
       << ", fpp " << kFpp << ": built from the catalog, saved and published in "
       << fixed(seconds_since(start), 2) << " s\n";
 
@@ -247,8 +251,8 @@ int run_dedup_demo(std::ostream& out) {
   {
     const std::vector<Digest> fresh = generate("candidate:", kCandidates);
     for (std::uint64_t i = 0; i < kCandidates; ++i) {
-      const Digest& digest = i % kKnownEvery == 0 ? members[(i / kKnownEvery * 7919) % kCatalogSize]
-                                                  : fresh[i];
+      const Digest& digest =
+          i % kKnownEvery == 0 ? members[(i / kKnownEvery * 7919) % kCatalogSize] : fresh[i];
       std::memcpy(candidates.data() + i * Digest::kSize, digest.bytes.data(), Digest::kSize);
     }
   }
@@ -266,10 +270,11 @@ int run_dedup_demo(std::ostream& out) {
     auto reader = DigestReader::from_memory(candidates, InputFormat::kBinary, "candidates");
     Run result;
     result.absent.reserve(kCandidates);
-    auto report = service::bulk_dedup(service, reader, [&](std::span<const Digest> absent) -> Result<void> {
-      result.absent.insert(result.absent.end(), absent.begin(), absent.end());
-      return {};
-    });
+    auto report =
+        service::bulk_dedup(service, reader, [&](std::span<const Digest> absent) -> Result<void> {
+          result.absent.insert(result.absent.end(), absent.begin(), absent.end());
+          return {};
+        });
     if (!report) return std::unexpected(report.error());
     result.report = *report;
     return result;
@@ -281,17 +286,18 @@ int run_dedup_demo(std::ostream& out) {
 
   const service::BatchCounts& f = filtered->report.counts;
   const service::BatchCounts& e = exact->report.counts;
-  out << "  with filter   " << fixed(filtered->report.seconds, 3) << " s: "
-      << with_commas(f.negative) << " proved absent by the filter, " << with_commas(f.maybe)
-      << " maybe -> " << with_commas(f.exact_lookups) << " SQLite lookups ("
+  out << "  with filter   " << fixed(filtered->report.seconds, 3)
+      << " s: " << with_commas(f.negative) << " proved absent by the filter, "
+      << with_commas(f.maybe) << " maybe -> " << with_commas(f.exact_lookups) << " SQLite lookups ("
       << fixed(100.0 * static_cast<double>(f.exact_lookups) / static_cast<double>(f.total), 2)
       << "% of candidates), " << with_commas(f.false_positive) << " false positives\n";
   out << "                negativeBypassRatio " << fixed(f.negative_bypass_ratio(), 4)
       << ", observedFalsePositiveRate " << fixed(f.observed_false_positive_rate(), 5)
-      << " (resolution ~" << fixed(1.0 / std::sqrt(static_cast<double>(f.negative + f.false_positive) * kFpp) * 100, 1)
+      << " (resolution ~"
+      << fixed(1.0 / std::sqrt(static_cast<double>(f.negative + f.false_positive) * kFpp) * 100, 1)
       << "% relative), falseDiscoveryRatio " << fixed(f.false_discovery_ratio(), 4) << "\n";
-  out << "  SQLite only   " << fixed(exact->report.seconds, 3) << " s: "
-      << with_commas(e.exact_lookups) << " SQLite lookups\n";
+  out << "  SQLite only   " << fixed(exact->report.seconds, 3)
+      << " s: " << with_commas(e.exact_lookups) << " SQLite lookups\n";
   const bool same = filtered->absent == exact->absent;
   out << "  same output   " << (same ? "yes" : "NO") << ": " << with_commas(filtered->absent.size())
       << " new digests either way\n";

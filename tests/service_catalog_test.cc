@@ -188,7 +188,8 @@ TEST_F(CatalogTest, MalformedInputRollsTheWholeChangeBack) {
   auto catalog = create();
   const auto digests = test::random_digests(5, 6);
   ASSERT_TRUE(catalog.add(digests).has_value());
-  std::string text = digests[0].hex() + "\n" + test::non_member_digest(1).hex() + "\nnot-a-digest\n";
+  std::string text =
+      digests[0].hex() + "\n" + test::non_member_digest(1).hex() + "\nnot-a-digest\n";
   auto reader = DigestReader::from_memory(text, InputFormat::kHex, "input.txt");
   auto added = catalog.add(reader);
   ASSERT_FALSE(added.has_value());
@@ -292,10 +293,12 @@ TEST_F(CatalogTest, BuildsTheFilterOfAVersion) {
   for (const Digest& digest : first) EXPECT_TRUE(latest->might_contain(digest));
   for (const Digest& digest : more) EXPECT_TRUE(latest->might_contain(digest));
 
-  auto too_small = build_filter_from_catalog(catalog, 2, {.expected_item_count = 600, .target_fpp = 0.01});
+  auto too_small =
+      build_filter_from_catalog(catalog, 2, {.expected_item_count = 600, .target_fpp = 0.01});
   ASSERT_FALSE(too_small.has_value());
   EXPECT_EQ(too_small.error().code, ErrorCode::kCapacityExceeded);
-  auto bad_spec = build_filter_from_catalog(catalog, 2, {.expected_item_count = 600, .target_fpp = 1.5});
+  auto bad_spec =
+      build_filter_from_catalog(catalog, 2, {.expected_item_count = 600, .target_fpp = 1.5});
   ASSERT_FALSE(bad_spec.has_value());
   EXPECT_EQ(bad_spec.error().code, ErrorCode::kInvalidFalsePositiveRate);
   auto future = build_filter_from_catalog(catalog, 3, spec);

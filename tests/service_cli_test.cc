@@ -90,7 +90,8 @@ TEST_F(ServiceCliTest, CatalogCommandsKeepVersions) {
   const auto more = test::random_digests(5, 3);
   {
     std::ofstream out(path("more.bin"), std::ios::binary);
-    out.write(reinterpret_cast<const char*>(more.data()), static_cast<std::streamsize>(more.size() * 32));
+    out.write(reinterpret_cast<const char*>(more.data()),
+              static_cast<std::streamsize>(more.size() * 32));
   }
   auto binary = abf("catalog add --db c.db --input-format bin --input more.bin");
   ASSERT_EQ(binary.status, 0) << binary.err;
@@ -111,7 +112,8 @@ TEST_F(ServiceCliTest, DedupPrintsExactlyTheDigestsNotInTheCatalog) {
   {
     auto catalog = SqliteCatalog::open(path("c.db"));
     ASSERT_TRUE(catalog.has_value());
-    auto filter = build_filter_from_catalog(*catalog, 2, {.expected_item_count = 2000, .target_fpp = 0.01});
+    auto filter =
+        build_filter_from_catalog(*catalog, 2, {.expected_item_count = 2000, .target_fpp = 0.01});
     ASSERT_TRUE(filter.has_value());
     ASSERT_TRUE(save_snapshot(*filter, path("c.abf")).has_value());
   }
@@ -139,7 +141,8 @@ TEST_F(ServiceCliTest, DedupPrintsExactlyTheDigestsNotInTheCatalog) {
   }
   for (const char* mode : {"", " --exact-only"}) {
     auto run = abf(std::string("dedup --snapshot c.abf --db c.db --input candidates.txt "
-                               "--stats-json stats.json") + mode);
+                               "--stats-json stats.json") +
+                   mode);
     ASSERT_EQ(run.status, 0) << run.err;
     EXPECT_EQ(lines(run.out), expected) << mode;
     const auto stats = nlohmann::json::parse(test::read_file(path("stats.json")));
@@ -185,7 +188,8 @@ class DedupFailureTest : public ServiceCliTest {
     ASSERT_EQ(abf("catalog add --db c.db --input members.txt").status, 0);
     auto catalog = SqliteCatalog::open(path("c.db"));
     ASSERT_TRUE(catalog.has_value());
-    auto filter = build_filter_from_catalog(*catalog, 1, {.expected_item_count = 100, .target_fpp = 0.01});
+    auto filter =
+        build_filter_from_catalog(*catalog, 1, {.expected_item_count = 100, .target_fpp = 0.01});
     ASSERT_TRUE(filter.has_value());
     ASSERT_TRUE(save_snapshot(*filter, path("c.abf")).has_value());
     write_hex("good.txt", test::random_digests(10, 1));
@@ -223,8 +227,7 @@ TEST_F(DedupFailureTest, NotADatabase) {
 TEST_F(DedupFailureTest, NotACatalog) {
   // A valid snapshot is not a catalog either.
   expect_clean_failure(
-      abf("dedup -s c.abf --db c.abf -i good.txt -o new.txt --stats-json stats.json"),
-      "catalog");
+      abf("dedup -s c.abf --db c.abf -i good.txt -o new.txt --stats-json stats.json"), "catalog");
 }
 
 TEST_F(DedupFailureTest, MalformedInputNamesItsLine) {
@@ -248,12 +251,12 @@ TEST_F(DedupFailureTest, CorruptSnapshot) {
   bytes[200] = static_cast<char>(bytes[200] ^ 1);
   { std::ofstream(path("bad.abf"), std::ios::binary) << bytes; }
   expect_clean_failure(
-      abf("dedup -s bad.abf --db c.db -i good.txt -o new.txt --stats-json stats.json"),
-      "checksum");
+      abf("dedup -s bad.abf --db c.db -i good.txt -o new.txt --stats-json stats.json"), "checksum");
 }
 
 TEST_F(DedupFailureTest, SnapshotNewerThanTheCatalog) {
-  auto filter = build_filter(test::member_digests(10), {.expected_item_count = 10, .target_fpp = 0.01}, 9);
+  auto filter =
+      build_filter(test::member_digests(10), {.expected_item_count = 10, .target_fpp = 0.01}, 9);
   ASSERT_TRUE(save_snapshot(*filter, path("v9.abf")).has_value());
   expect_clean_failure(
       abf("dedup -s v9.abf --db c.db -i good.txt -o new.txt --stats-json stats.json"),

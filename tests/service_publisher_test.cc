@@ -65,7 +65,8 @@ class PublisherTest : public ::testing::Test {
     auto bytes = serialize_snapshot(filter_of(version));
     bytes[kSnapshotHeaderSize + 3] ^= 0x10;
     std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     return path;
   }
   fs::path dir_;
@@ -231,9 +232,10 @@ TEST_F(PublisherTest, ServiceAnswersCorrectlyWhileSnapshotsSwap) {
     const auto members = members_of(v);
     EXPECT_EQ(store.add(members), v);
     everything.insert(everything.end(), members.begin(), members.end());
-    auto filter = build_filter(store.digests_at_version(v),
-                               {.expected_item_count = kVersions * kMembersPerVersion, .target_fpp = 0.01},
-                               v, Backend::kScalar);
+    auto filter =
+        build_filter(store.digests_at_version(v),
+                     {.expected_item_count = kVersions * kMembersPerVersion, .target_fpp = 0.01}, v,
+                     Backend::kScalar);
     ASSERT_TRUE(filter.has_value());
     filters.push_back(std::move(*filter));
   }

@@ -25,7 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Filter build_at(MemoryRepository& store, std::uint64_t version, std::uint64_t capacity, double fpp) {
+Filter build_at(MemoryRepository& store, std::uint64_t version, std::uint64_t capacity,
+                double fpp) {
   auto filter = build_filter(store.digests_at_version(version),
                              {.expected_item_count = capacity, .target_fpp = fpp}, version);
   EXPECT_TRUE(filter.has_value()) << filter.error().describe();
@@ -52,7 +53,8 @@ TEST(ServiceTest, AnswersEqualTheExactStoreWithAndWithoutTheFilter) {
     MemoryRepository store;
     for (int step = 0; step < 5; ++step) {
       std::vector<Digest> pick;
-      for (std::size_t i = 0, n = rng() % 1500; i < n; ++i) pick.push_back(universe[rng() % universe.size()]);
+      for (std::size_t i = 0, n = rng() % 1500; i < n; ++i)
+        pick.push_back(universe[rng() % universe.size()]);
       if (step == 0 || rng() % 3 != 0) {
         store.add(pick);
       } else {
@@ -109,7 +111,8 @@ TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
     ASSERT_TRUE(catalog->remove(gone).has_value());
     reference.remove(gone);
     const std::uint64_t version = *catalog->latest_version();
-    auto filter = build_filter_from_catalog(*catalog, version, {.expected_item_count = 2000, .target_fpp = 0.05});
+    auto filter = build_filter_from_catalog(*catalog, version,
+                                            {.expected_item_count = 2000, .target_fpp = 0.05});
     ASSERT_TRUE(filter.has_value());
     SnapshotPublisher publisher;
     ASSERT_TRUE(publisher.publish(std::move(*filter)).has_value());
@@ -122,7 +125,8 @@ TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
       if (!*reference.exists_at_version(digest, version)) expected.push_back(digest);
     }
     for (bool use_filter : {true, false}) {
-      const ArtifactExistenceService service(publisher, *catalog, nullptr, {.use_filter = use_filter});
+      const ArtifactExistenceService service(publisher, *catalog, nullptr,
+                                             {.use_filter = use_filter});
       auto reader = DigestReader::from_memory(bytes, InputFormat::kBinary);
       std::vector<Digest> absent;
       auto report = bulk_dedup(
@@ -292,20 +296,23 @@ TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
 
   const std::string text = to_prometheus(m);
   for (const char* name :
-       {"artifact_bloom_bit_count ", "artifact_bloom_hash_count ", "artifact_bloom_expected_item_count ",
-        "artifact_bloom_inserted_item_count ", "artifact_bloom_fill_ratio ", "artifact_bloom_estimated_fpp ",
+       {"artifact_bloom_bit_count ", "artifact_bloom_hash_count ",
+        "artifact_bloom_expected_item_count ", "artifact_bloom_inserted_item_count ",
+        "artifact_bloom_fill_ratio ", "artifact_bloom_estimated_fpp ",
         "artifact_bloom_negative_count ", "artifact_bloom_maybe_count ",
         "artifact_bloom_false_positive_count ", "artifact_bloom_catalog_version ",
         "artifact_bloom_snapshot_age_seconds ", "artifact_bloom_snapshot_load_failure_count "}) {
     EXPECT_NE(text.find(std::string("\n") + name), std::string::npos) << name;
   }
   EXPECT_NE(text.find("# TYPE artifact_bloom_negative_count counter\n"), std::string::npos);
-  EXPECT_NE(text.find("\nartifact_bloom_negative_count " + std::to_string(negative) + "\n"), std::string::npos);
+  EXPECT_NE(text.find("\nartifact_bloom_negative_count " + std::to_string(negative) + "\n"),
+            std::string::npos);
   EXPECT_EQ(text.find("artifact_bloom."), std::string::npos);  // no dots in names
 
   const auto json = nlohmann::json::parse(to_json(m));
   EXPECT_EQ(json["counters"]["artifact_bloom.negative.count"].get<std::uint64_t>(), negative);
-  EXPECT_EQ(json["counters"]["artifact_bloom.false_positive.count"].get<std::uint64_t>(), expected_fp);
+  EXPECT_EQ(json["counters"]["artifact_bloom.false_positive.count"].get<std::uint64_t>(),
+            expected_fp);
   EXPECT_EQ(json["gauges"]["artifact_bloom.bit_count"].get<std::uint64_t>(), filter.bit_count());
   EXPECT_DOUBLE_EQ(json["derived"]["falseDiscoveryRatio"].get<double>(), m.false_discovery_ratio());
   EXPECT_DOUBLE_EQ(json["derived"]["negativeBypassRatio"].get<double>(), m.negative_bypass_ratio());

@@ -58,9 +58,9 @@ Result<void> MemoryRepository::exists_at_version(std::span<const Digest> digests
                                                  std::uint64_t catalog_version,
                                                  std::span<bool> exists) {
   if (exists.size() < digests.size()) {
-    return fail(ErrorCode::kInvalidArgument,
-                "memory repository: answer span holds " + std::to_string(exists.size()) +
-                    " entries for " + std::to_string(digests.size()) + " digests");
+    return fail(ErrorCode::kInvalidArgument, "memory repository: answer span holds " +
+                                                 std::to_string(exists.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
   }
   const std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < digests.size(); ++i) {

@@ -43,7 +43,8 @@ double ratio(std::uint64_t numerator, std::uint64_t denominator) {
 // Each thread keeps to one shard, chosen round-robin when it first counts.
 std::size_t shard_index() noexcept {
   static std::atomic<std::size_t> next{0};
-  thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed) % Metrics::kShards;
+  thread_local const std::size_t index =
+      next.fetch_add(1, std::memory_order_relaxed) % Metrics::kShards;
   return index;
 }
 
@@ -68,8 +69,10 @@ struct Gauge {
 
 std::vector<Gauge> gauges(const MetricsSnapshot& m) {
   return {
-      {"artifact_bloom.bit_count", "Bits m of the serving filter.", static_cast<double>(m.bit_count)},
-      {"artifact_bloom.hash_count", "Probes k of the serving filter.", static_cast<double>(m.hash_count)},
+      {"artifact_bloom.bit_count", "Bits m of the serving filter.",
+       static_cast<double>(m.bit_count)},
+      {"artifact_bloom.hash_count", "Probes k of the serving filter.",
+       static_cast<double>(m.hash_count)},
       {"artifact_bloom.expected_item_count", "Design capacity n of the serving filter.",
        static_cast<double>(m.expected_item_count)},
       {"artifact_bloom.inserted_item_count", "Digests inserted in the serving filter.",
@@ -79,13 +82,16 @@ std::vector<Gauge> gauges(const MetricsSnapshot& m) {
       {"artifact_bloom.fill_ratio", "Set bits / m of the serving filter.", m.fill_ratio},
       {"artifact_bloom.estimated_fpp", "Modeled false-positive rate at the inserted count.",
        m.estimated_fpp},
-      {"artifact_bloom.target_fpp", "Design false-positive rate of the serving filter.", m.target_fpp},
+      {"artifact_bloom.target_fpp", "Design false-positive rate of the serving filter.",
+       m.target_fpp},
       {"artifact_bloom.snapshot.age_seconds", "Seconds since the serving snapshot was published.",
        m.age_seconds},
-      {"artifact_bloom.negative_bypass_ratio", "negative / total queries.", m.negative_bypass_ratio()},
-      {"artifact_bloom.observed_false_positive_rate", "false_positive / (negative + false_positive).",
-       m.observed_false_positive_rate()},
-      {"artifact_bloom.false_discovery_ratio", "false_positive / maybe.", m.false_discovery_ratio()},
+      {"artifact_bloom.negative_bypass_ratio", "negative / total queries.",
+       m.negative_bypass_ratio()},
+      {"artifact_bloom.observed_false_positive_rate",
+       "false_positive / (negative + false_positive).", m.observed_false_positive_rate()},
+      {"artifact_bloom.false_discovery_ratio", "false_positive / maybe.",
+       m.false_discovery_ratio()},
   };
 }
 
@@ -137,9 +143,9 @@ MetricsSnapshot Metrics::collect(const Snapshot* current) const {
     m.fill_ratio = filter.fill_ratio();
     m.estimated_fpp = filter.estimate_false_positive_rate();
     m.target_fpp = filter.target_fpp();
-    m.age_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                  current->published_at)
-                        .count();
+    m.age_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - current->published_at)
+            .count();
   }
   return m;
 }

@@ -37,8 +37,8 @@ BatchCounts& BatchCounts::operator+=(const BatchCounts& other) noexcept {
 }
 
 ArtifactExistenceService::ArtifactExistenceService(const SnapshotPublisher& publisher,
-                                                   ArtifactRepository& repository,
-                                                   Metrics* metrics, ServiceOptions options)
+                                                   ArtifactRepository& repository, Metrics* metrics,
+                                                   ServiceOptions options)
     : publisher_(publisher), repository_(repository), metrics_(metrics), options_(options) {}
 
 Result<ExistenceAnswer> ArtifactExistenceService::ask_store(const Digest& digest,
@@ -54,7 +54,8 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists(const Digest& digest) c
   // together, whatever is published meanwhile.
   const auto snapshot = publisher_.current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
-  return answer(digest, snapshot->catalog_version(), options_.use_filter ? snapshot.get() : nullptr);
+  return answer(digest, snapshot->catalog_version(),
+                options_.use_filter ? snapshot.get() : nullptr);
 }
 
 Result<ExistenceAnswer> ArtifactExistenceService::exists(std::string_view digest_text) const {
@@ -63,7 +64,8 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists(std::string_view digest
   auto digest = parse_hex_digest(hex);
   if (!digest) {
     if (metrics_ != nullptr) metrics_->add(Counter::kInvalidDigest);
-    return fail(ErrorCode::kInvalidDigest, "existence query \"" + std::string(digest_text.substr(0, 80)) +
+    return fail(ErrorCode::kInvalidDigest, "existence query \"" +
+                                               std::string(digest_text.substr(0, 80)) +
                                                "\": " + digest.error().message);
   }
   return exists(*digest);
@@ -95,7 +97,8 @@ Result<ExistenceAnswer> ArtifactExistenceService::answer(const Digest& digest,
       metrics_->add(Counter::kNegative);
       metrics_->add(Counter::kQuery);
     }
-    return ExistenceAnswer{.exists = false, .filter_negative = true, .catalog_version = catalog_version};
+    return ExistenceAnswer{
+        .exists = false, .filter_negative = true, .catalog_version = catalog_version};
   }
   auto answer = ask_store(digest, catalog_version);
   if (!answer) return answer;
@@ -119,9 +122,9 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
                                                            std::span<bool> exists,
                                                            const Snapshot& snapshot) const {
   if (exists.size() < digests.size()) {
-    return fail(ErrorCode::kInvalidArgument,
-                "existence service: answer span holds " + std::to_string(exists.size()) +
-                    " entries for " + std::to_string(digests.size()) + " digests");
+    return fail(ErrorCode::kInvalidArgument, "existence service: answer span holds " +
+                                                 std::to_string(exists.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
   }
   const std::uint64_t version = snapshot.catalog_version();
   BatchCounts counts;
@@ -183,9 +186,10 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
   return counts;
 }
 
-Result<DedupReport> bulk_dedup(const ArtifactExistenceService& service, DigestReader& input,
-                               const std::function<Result<void>(std::span<const Digest>)>& emit_absent,
-                               std::size_t batch_size) {
+Result<DedupReport> bulk_dedup(
+    const ArtifactExistenceService& service, DigestReader& input,
+    const std::function<Result<void>(std::span<const Digest>)>& emit_absent,
+    std::size_t batch_size) {
   const auto start = std::chrono::steady_clock::now();
   if (batch_size == 0) batch_size = 65536;
   // Pinned: every batch of the job answers at this one version.
@@ -213,8 +217,7 @@ Result<DedupReport> bulk_dedup(const ArtifactExistenceService& service, DigestRe
       if (auto emitted = emit_absent(absent); !emitted) return std::unexpected(emitted.error());
     }
   }
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

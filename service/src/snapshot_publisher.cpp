@@ -66,8 +66,8 @@ Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(Filter
     return fail(ErrorCode::kInvalidArgument,
                 "snapshot " + source + " is of catalog version " +
                     std::to_string(filter.catalog_version()) + ", older than the serving version " +
-                    std::to_string(old_slot.snapshot->catalog_version()) +
-                    " (from " + old_slot.snapshot->source + "); refused, the serving snapshot stays");
+                    std::to_string(old_slot.snapshot->catalog_version()) + " (from " +
+                    old_slot.snapshot->source + "); refused, the serving snapshot stays");
   }
   auto snapshot = std::make_shared<const Snapshot>(
       Snapshot{std::move(filter), std::move(source), publishes_.load(std::memory_order_relaxed) + 1,

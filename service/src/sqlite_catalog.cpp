@@ -55,8 +55,7 @@ constexpr const char* kExistsSql =
     "AND (removed_version IS NULL OR removed_version > ?2) LIMIT 1";
 constexpr const char* kLiveSql =
     "SELECT 1 FROM artifacts WHERE digest = ?1 AND removed_version IS NULL LIMIT 1";
-constexpr const char* kInsertSql =
-    "INSERT INTO artifacts (digest, added_version) VALUES (?1, ?2)";
+constexpr const char* kInsertSql = "INSERT INTO artifacts (digest, added_version) VALUES (?1, ?2)";
 constexpr const char* kCloseSql =
     "UPDATE artifacts SET removed_version = ?2 WHERE digest = ?1 AND removed_version IS NULL";
 constexpr const char* kLatestSql = "SELECT MAX(version) FROM versions";
@@ -111,7 +110,9 @@ struct SqliteCatalog::State {
   Stmt latest;
   Stmt version;
 
-  Error error(std::string_view what, int rc) const { return catalog_error(path, what, db.get(), rc); }
+  Error error(std::string_view what, int rc) const {
+    return catalog_error(path, what, db.get(), rc);
+  }
 
   Result<Stmt> prepare(const char* sql) {
     sqlite3_stmt* stmt = nullptr;
@@ -159,14 +160,16 @@ struct SqliteCatalog::State {
   }
 
   // The body of add/remove: one write transaction, one new version.
-  Result<CatalogChange> change(bool adding, const std::function<Result<std::size_t>(std::span<Digest>)>& next) {
+  Result<CatalogChange> change(bool adding,
+                               const std::function<Result<std::size_t>(std::span<Digest>)>& next) {
     if (options.read_only) {
       return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": opened read-only");
     }
     const std::string_view op = adding ? "add" : "remove";
     // IMMEDIATE takes the write lock now, so a competing writer is reported
     // before any input is read.
-    if (auto begun = exec("BEGIN IMMEDIATE", "starting a write transaction"); !begun) return std::unexpected(begun.error());
+    if (auto begun = exec("BEGIN IMMEDIATE", "starting a write transaction"); !begun)
+      return std::unexpected(begun.error());
     auto result = [&]() -> Result<CatalogChange> {
       auto latest_now = latest_version();
       if (!latest_now) return std::unexpected(latest_now.error());
@@ -220,7 +223,8 @@ struct SqliteCatalog::State {
       sqlite3_bind_int64(stmt, 4, adding ? 0 : static_cast<sqlite3_int64>(change.changed));
       const int rc = sqlite3_step(stmt);
       sqlite3_reset(stmt);
-      if (rc != SQLITE_DONE) return std::unexpected(error("recording version " + version_text(change.version), rc));
+      if (rc != SQLITE_DONE)
+        return std::unexpected(error("recording version " + version_text(change.version), rc));
       if (auto done = exec("COMMIT", "committing version " + version_text(change.version)); !done) {
         return std::unexpected(done.error());
       }
@@ -252,9 +256,9 @@ Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
   temp += ".init-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
   {
     sqlite3* raw = nullptr;
-    const int rc = sqlite3_open_v2(temp.c_str(), &raw,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                   nullptr);
+    const int rc =
+        sqlite3_open_v2(temp.c_str(), &raw,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
     Db db(raw);
     if (rc != SQLITE_OK) {
       std::filesystem::remove(temp, ec);
@@ -277,7 +281,8 @@ Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
       return fail(ErrorCode::kCatalog,
                   "catalog " + path.string() + ": already exists; it is never overwritten");
     }
-    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": cannot create: " + ec.message());
+    return fail(ErrorCode::kCatalog,
+                "catalog " + path.string() + ": cannot create: " + ec.message());
   }
   std::filesystem::remove(temp, remove_ec);
   return open(path);
@@ -288,8 +293,8 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) {
-    return fail(ErrorCode::kCatalog, "catalog " + path.string() +
-                                         ": no such file (create one with `abf catalog init`)");
+    return fail(ErrorCode::kCatalog,
+                "catalog " + path.string() + ": no such file (create one with `abf catalog init`)");
   }
   if (std::filesystem::is_directory(status)) {
     return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": is a directory");
@@ -299,8 +304,8 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   state->options = options;
   {
     sqlite3* raw = nullptr;
-    const int flags = (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
-                      SQLITE_OPEN_NOMUTEX;
+    const int flags =
+        (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX;
     const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
     state->db.reset(raw);
     if (rc != SQLITE_OK) return std::unexpected(state->error("opening", rc));
@@ -330,8 +335,8 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
     Stmt stmt(raw);
     if (rc != SQLITE_OK) {
       if ((rc & 0xff) == SQLITE_ERROR) {
-        return fail(ErrorCode::kCatalog, "catalog " + path.string() +
-                                             ": not an abf catalog (no abf_schema table)");
+        return fail(ErrorCode::kCatalog,
+                    "catalog " + path.string() + ": not an abf catalog (no abf_schema table)");
       }
       return std::unexpected(state->error("reading the schema version", rc));
     }
@@ -345,14 +350,16 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
     }
     const auto schema = sqlite3_column_int64(stmt.get(), 0);
     if (schema != kCatalogSchemaVersion) {
-      return fail(ErrorCode::kCatalog,
-                  "catalog " + path.string() + ": schema version " + std::to_string(schema) +
-                      ", but this abf reads schema version " +
-                      std::to_string(kCatalogSchemaVersion));
+      return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": schema version " +
+                                           std::to_string(schema) +
+                                           ", but this abf reads schema version " +
+                                           std::to_string(kCatalogSchemaVersion));
     }
   }
-  const std::string cache = "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
-  if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok) return std::unexpected(ok.error());
+  const std::string cache =
+      "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
+  if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok)
+    return std::unexpected(ok.error());
   for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 6>{{
            {&State::exists, kExistsSql},
            {&State::live, kLiveSql},
@@ -409,10 +416,10 @@ Result<void> SqliteCatalog::exists_at_version(std::span<const Digest> digests,
                                               std::uint64_t catalog_version,
                                               std::span<bool> exists) {
   if (exists.size() < digests.size()) {
-    return fail(ErrorCode::kInvalidArgument,
-                "catalog " + state_->path.string() + ": answer span holds " +
-                    std::to_string(exists.size()) + " entries for " +
-                    std::to_string(digests.size()) + " digests");
+    return fail(ErrorCode::kInvalidArgument, "catalog " + state_->path.string() +
+                                                 ": answer span holds " +
+                                                 std::to_string(exists.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
   }
   if (digests.empty()) return {};
   std::vector<std::uint32_t> order;
@@ -460,9 +467,10 @@ Result<void> SqliteCatalog::for_each_digest_at_version(
     auto latest = state_->latest_version();
     if (!latest) return std::unexpected(latest.error());
     if (catalog_version > *latest) {
-      return fail(ErrorCode::kInvalidArgument,
-                  "catalog " + state_->path.string() + ": version " + version_text(catalog_version) +
-                      " does not exist (latest is " + version_text(*latest) + ")");
+      return fail(ErrorCode::kInvalidArgument, "catalog " + state_->path.string() + ": version " +
+                                                   version_text(catalog_version) +
+                                                   " does not exist (latest is " +
+                                                   version_text(*latest) + ")");
     }
     auto stmt = state_->prepare(kWalkSql);
     if (!stmt) return std::unexpected(stmt.error());
@@ -474,7 +482,8 @@ Result<void> SqliteCatalog::for_each_digest_at_version(
       if (rc == SQLITE_DONE) break;
       if (rc != SQLITE_ROW) return std::unexpected(state_->error("reading digests", rc));
       const void* blob = sqlite3_column_blob(stmt->get(), 0);
-      if (blob == nullptr || sqlite3_column_bytes(stmt->get(), 0) != static_cast<int>(Digest::kSize)) {
+      if (blob == nullptr ||
+          sqlite3_column_bytes(stmt->get(), 0) != static_cast<int>(Digest::kSize)) {
         return fail(ErrorCode::kCatalog,
                     "catalog " + state_->path.string() + ": a stored digest is not 32 bytes");
       }
@@ -563,11 +572,11 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
   auto count = catalog.count_at_version(catalog_version);
   if (!count) return std::unexpected(count.error());
   if (*count > spec.expected_item_count) {
-    return fail(ErrorCode::kCapacityExceeded,
-                "catalog " + catalog.path().string() + " holds " + std::to_string(*count) +
-                    " digests at version " + version_text(catalog_version) +
-                    ", more than the expected item count " +
-                    std::to_string(spec.expected_item_count));
+    return fail(ErrorCode::kCapacityExceeded, "catalog " + catalog.path().string() + " holds " +
+                                                  std::to_string(*count) + " digests at version " +
+                                                  version_text(catalog_version) +
+                                                  ", more than the expected item count " +
+                                                  std::to_string(spec.expected_item_count));
   }
   auto walked = catalog.for_each_digest_at_version(
       catalog_version, [&](std::span<const Digest> chunk) { return builder->add(chunk, backend); });

@@ -17,14 +17,14 @@ struct Snapshot;
 // The counters. The first four and the load failures carry the names of
 // section 9; the others are this service's additions.
 enum class Counter : std::size_t {
-  kQuery,            // artifact_bloom.query.count: answers given (valid digests)
-  kNegative,         // artifact_bloom.negative.count: answered absent by the filter alone
-  kMaybe,            // artifact_bloom.maybe.count: the filter said Maybe
-  kFalsePositive,    // artifact_bloom.false_positive.count: Maybe, then the store said absent
-  kExactLookup,      // artifact_bloom.exact_lookup.count: digests asked of the exact store
-  kFilterBypass,     // artifact_bloom.filter_bypass.count: store asked without the filter
-                     //   (filter disabled, or a version other than the snapshot's)
-  kInvalidDigest,    // artifact_bloom.invalid_digest.count: malformed digests refused
+  kQuery,                // artifact_bloom.query.count: answers given (valid digests)
+  kNegative,             // artifact_bloom.negative.count: answered absent by the filter alone
+  kMaybe,                // artifact_bloom.maybe.count: the filter said Maybe
+  kFalsePositive,        // artifact_bloom.false_positive.count: Maybe, then the store said absent
+  kExactLookup,          // artifact_bloom.exact_lookup.count: digests asked of the exact store
+  kFilterBypass,         // artifact_bloom.filter_bypass.count: store asked without the filter
+                         //   (filter disabled, or a version other than the snapshot's)
+  kInvalidDigest,        // artifact_bloom.invalid_digest.count: malformed digests refused
   kSnapshotLoadFailure,  // artifact_bloom.snapshot.load_failure.count
   kSnapshotPublish,      // artifact_bloom.snapshot.publish.count
 };

@@ -40,8 +40,8 @@ struct ServiceOptions {
 // proved absence; never a guess.
 struct ExistenceAnswer {
   bool exists = false;
-  bool filter_negative = false;  // absent by the filter alone: no store call was made
-  bool false_positive = false;   // the filter said Maybe, the store said absent
+  bool filter_negative = false;       // absent by the filter alone: no store call was made
+  bool false_positive = false;        // the filter said Maybe, the store said absent
   std::uint64_t catalog_version = 0;  // the version this answer is for
 };
 
@@ -126,8 +126,9 @@ struct DedupReport {
 // not in the catalog, in input order. kInvalidArgument without a snapshot;
 // input errors (kInvalidDigest with line or offset) and errors returned by
 // `emit_absent` stop the job and are returned as they are.
-Result<DedupReport> bulk_dedup(const ArtifactExistenceService& service, DigestReader& input,
-                               const std::function<Result<void>(std::span<const Digest>)>& emit_absent,
-                               std::size_t batch_size = 65536);
+Result<DedupReport> bulk_dedup(
+    const ArtifactExistenceService& service, DigestReader& input,
+    const std::function<Result<void>(std::span<const Digest>)>& emit_absent,
+    std::size_t batch_size = 65536);
 
 }  // namespace abf::service

@@ -65,8 +65,7 @@ class SnapshotPublisher {
                                                            LoadMode mode = LoadMode::kAuto);
 
   // Publishes a filter already in memory; same version rule and counting.
-  Result<std::shared_ptr<const Snapshot>> publish(Filter filter,
-                                                  std::string source = "<memory>");
+  Result<std::shared_ptr<const Snapshot>> publish(Filter filter, std::string source = "<memory>");
 
   // The serving snapshot, or null before the first successful publish.
   // Lock-free; the returned snapshot stays valid while it is held.
