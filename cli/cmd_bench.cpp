@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -108,36 +109,44 @@ struct Row {
 };
 
 // The ceiling: independent random 64-bit loads over a buffer of the filter's
-// size allocated like the filter (allocate_words: alignment, huge pages), on
-// `threads` threads. Returns nanoseconds per load (wall time / loads).
-double random_load_ns(std::uint64_t word_count, unsigned repetitions) {
-  auto buffer = allocate_words(word_count);
-  std::uint64_t* words = buffer.get();
-  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, word_count, 1 << 16), [&](const auto& r) {
-    for (auto i = r.begin(); i != r.end(); ++i) words[i] = splitmix64(i);
-  });
-  std::vector<std::uint32_t> index(kBatch * 2);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, index.size(), 1 << 16), [&](const auto& r) {
-    for (auto i = r.begin(); i != r.end(); ++i) {
-      index[i] = static_cast<std::uint32_t>(splitmix64(i + 77) % word_count);
-    }
-  });
-  std::vector<double> times;
-  std::uint64_t sink = 0;
-  for (unsigned rep = 0; rep <= repetitions; ++rep) {
-    const double t = seconds_of([&] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, index.size(), 1 << 16),
+// size allocated like the filter (allocate_words: alignment, huge pages).
+class RandomLoads {
+ public:
+  explicit RandomLoads(std::uint64_t word_count)
+      : buffer_(allocate_words(word_count)), index_(2 * kBatch) {
+    std::uint64_t* words = buffer_.get();
+    tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, word_count, 1 << 16),
+                      [&](const auto& r) {
+                        for (auto i = r.begin(); i != r.end(); ++i) words[i] = splitmix64(i);
+                      });
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, index_.size(), 1 << 16),
+                      [&](const auto& r) {
+                        for (auto i = r.begin(); i != r.end(); ++i) {
+                          index_[i] = static_cast<std::uint32_t>(splitmix64(i + 77) % word_count);
+                        }
+                      });
+  }
+
+  std::uint64_t loads() const { return index_.size(); }
+
+  // One pass over the current arena's threads; seconds.
+  double run() {
+    const std::uint64_t* words = buffer_.get();
+    return seconds_of([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, index_.size(), 1 << 16),
                         [&](const auto& r) {
                           std::uint64_t sum = 0;
-                          for (auto i = r.begin(); i != r.end(); ++i) sum += words[index[i]];
-                          __atomic_fetch_add(&sink, sum, __ATOMIC_RELAXED);
+                          for (auto i = r.begin(); i != r.end(); ++i) sum += words[index_[i]];
+                          sink_.fetch_add(sum, std::memory_order_relaxed);
                         });
     });
-    if (rep > 0) times.push_back(t);  // the first run faults the pages in
   }
-  if (sink == 42) std::fputc(' ', stderr);  // keeps the loads
-  return median(times) * 1e9 / static_cast<double>(index.size());
-}
+
+ private:
+  std::shared_ptr<std::uint64_t> buffer_;
+  std::vector<std::uint32_t> index_;
+  std::atomic<std::uint64_t> sink_{0};  // keeps the loads
+};
 
 std::string target_of(Backend backend) {
   switch (backend) {
@@ -180,49 +189,56 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
   fill_digests(kAbsentSeed, 0, absent);
   std::vector<Answer> answers(batch);
 
+  RandomLoads ceiling(layout->bit_count / 64);
+  const char* kOperations[] = {"build", "query_absent", "query_present"};
   for (const unsigned threads : thread_counts) {
     apply_threads(threads);
     // An arena of exactly `threads`: the library splits a batch by the
     // arena's concurrency, which a global_control limit alone leaves at all
     // cores.
     tbb::task_arena arena(static_cast<int>(threads));
-    auto in_arena = [&arena](auto&& body) { return arena.execute(body); };
-    const double load_ns =
-        in_arena([&] { return random_load_ns(layout->bit_count / 64, repetitions); });
-    rows.push_back({"memory", "random_load", threads, scenario.name, 2 * kBatch, layout->bit_count,
-                    layout->hash_count, "random_load", 1e9 / load_ns, load_ns, 1.0});
-    for (const Backend backend : backends) {
-      auto add_row = [&](const char* operation, std::uint64_t items, double seconds,
-                         double loads_per_item) {
-        const double ns = seconds * 1e9 / static_cast<double>(items);
-        rows.push_back({std::string(to_string(backend)), target_of(backend), threads, scenario.name,
-                        items, layout->bit_count, layout->hash_count, operation, 1e9 / ns, ns,
-                        loads_per_item * load_ns / ns});
-      };
-      // build: `batch` members into a fresh bitset of the scenario's size.
-      std::vector<double> times;
-      for (unsigned rep = 0; rep < repetitions; ++rep) {
+    // Repetitions interleave the backends, so a burst of noise from other
+    // processes hits all of them alike; the first round only warms up.
+    std::vector<double> load_times;
+    std::vector<std::vector<double>> times(backends.size() * 3);
+    for (unsigned rep = 0; rep <= repetitions; ++rep) {
+      const double load = arena.execute([&] { return ceiling.run(); });
+      if (rep > 0) load_times.push_back(load);
+      for (std::size_t b = 0; b < backends.size(); ++b) {
+        const Backend backend = backends[b];
+        // build: `batch` members into a fresh bitset of the scenario's size.
         auto fresh = FilterBuilder::create(spec);
         if (!fresh) return std::unexpected(fresh.error());
-        Result<void> added;
-        times.push_back(
-            in_arena([&] { return seconds_of([&] { added = fresh->add(present, backend); }); }));
-        if (!added) return std::unexpected(added.error());
-      }
-      add_row("build", batch, median(times), layout->hash_count);
-      // Queries: an absent digest needs about 1 / (1 - fill) loads, a member k.
-      for (const bool members : {false, true}) {
-        const auto& digests = members ? present : absent;
-        times.clear();
-        for (unsigned rep = 0; rep <= repetitions; ++rep) {
-          Result<void> done;
-          const double t = in_arena(
-              [&] { return seconds_of([&] { done = filter.query(digests, answers, backend); }); });
-          if (!done) return std::unexpected(done.error());
-          if (rep > 0) times.push_back(t);  // the first run warms up
+        Result<void> done;
+        const double build =
+            arena.execute([&] { return seconds_of([&] { done = fresh->add(present, backend); }); });
+        if (!done) return std::unexpected(done.error());
+        const double query_absent = arena.execute(
+            [&] { return seconds_of([&] { done = filter.query(absent, answers, backend); }); });
+        if (!done) return std::unexpected(done.error());
+        const double query_present = arena.execute(
+            [&] { return seconds_of([&] { done = filter.query(present, answers, backend); }); });
+        if (!done) return std::unexpected(done.error());
+        if (rep > 0) {
+          times[3 * b].push_back(build);
+          times[3 * b + 1].push_back(query_absent);
+          times[3 * b + 2].push_back(query_present);
         }
-        const double loads = members ? layout->hash_count : 1.0 / (1.0 - fill);
-        add_row(members ? "query_present" : "query_absent", batch, median(times), loads);
+      }
+    }
+    const double load_ns = median(load_times) * 1e9 / static_cast<double>(ceiling.loads());
+    rows.push_back({"memory", "random_load", threads, scenario.name, ceiling.loads(),
+                    layout->bit_count, layout->hash_count, "random_load", 1e9 / load_ns, load_ns,
+                    1.0});
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      for (std::size_t op = 0; op < 3; ++op) {
+        const double ns = median(times[3 * b + op]) * 1e9 / static_cast<double>(batch);
+        // Loads a digest needs: k to build or to confirm a member, about
+        // 1 / (1 - fill) to rule out a non-member.
+        const double loads = op == 1 ? 1.0 / (1.0 - fill) : layout->hash_count;
+        rows.push_back({std::string(to_string(backends[b])), target_of(backends[b]), threads,
+                        scenario.name, batch, layout->bit_count, layout->hash_count,
+                        kOperations[op], 1e9 / ns, ns, loads * load_ns / ns});
       }
     }
   }
