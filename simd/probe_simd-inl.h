@@ -191,7 +191,7 @@ HWY_INLINE void ExpandPositions(const std::uint64_t* HWY_RESTRICT first,
 // five instructions a probe with no dependency between probes, and the
 // out-of-order core keeps as many loads in flight as its miss buffers allow.
 HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, std::uint64_t m,
-                                      std::uint32_t probes, bool prefetch,
+                                      std::uint32_t probes, bool prefetch, bool contiguous,
                                       const std::uint64_t* HWY_RESTRICT state,
                                       const std::uint64_t* HWY_RESTRICT step, std::size_t active,
                                       Answer* HWY_RESTRICT answers,
@@ -206,17 +206,22 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
   std::size_t maybe = 0;
   for (std::size_t base = 0; base < active; base += kStraight) {
     const std::size_t n = std::min(kStraight, active - base);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t s = state[base + i];
-      block.id[i] = s >> 32;
-      block.first[i] = s & kPositionMask;
-      block.straight_step[i] = step[s >> 32];
+    if (contiguous) {
+      // Digest base + i is state[base + i], a bare position, padded to whole vectors.
+      ExpandPositions(state + base, step + base, n, probes, m, positions, word_index);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t s = state[base + i];
+        block.id[i] = s >> 32;
+        block.first[i] = s & kPositionMask;
+        block.straight_step[i] = step[s >> 32];
+      }
+      for (std::size_t i = n; i < kStraight && i % lanes != 0; ++i) {
+        block.first[i] = 0;  // whole vectors: valid padding
+        block.straight_step[i] = 0;
+      }
+      ExpandPositions(block.first, block.straight_step, n, probes, m, positions, word_index);
     }
-    for (std::size_t i = n; i < kStraight && i % lanes != 0; ++i) {
-      block.first[i] = 0;  // whole vectors: valid padding
-      block.straight_step[i] = 0;
-    }
-    ExpandPositions(block.first, block.straight_step, n, probes, m, positions, word_index);
     if (prefetch) {
       // All lines first, then the tests: a test waiting on a miss holds
       // scheduler entries, a prefetch does not, so this keeps more misses
@@ -242,7 +247,8 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
     }
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint64_t maybe_bit = all[i] & 1;
-      answers[block.id[i]] = maybe_bit != 0 ? Answer::kMaybe : Answer::kDefinitelyNot;
+      const std::size_t id = contiguous ? base + i : block.id[i];
+      answers[id] = maybe_bit != 0 ? Answer::kMaybe : Answer::kDefinitelyNot;
       maybe += maybe_bit;
     }
   }
@@ -267,6 +273,26 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
   using simd::detail::kPositionMask;
   std::uint64_t* HWY_RESTRICT state = block.state;
   const std::uint64_t* HWY_RESTRICT step = block.step;  // by digest index, never moved
+  const std::uint64_t* HWY_RESTRICT words = view.words;
+  const std::uint64_t m = view.bit_count;
+  const std::uint32_t k = view.hash_count;
+  const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
+  if (members) {
+    // After a block of mostly members, expect another: every probe of every
+    // digest, no compaction, straight from the starts.
+    ComputeStarts(
+        constants, digests, count, block.step,
+        [state](auto dn, std::size_t i, auto first) { hn::StoreU(first, dn, state + i); });
+    const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
+    for (std::size_t i = count; i % lanes != 0; ++i) {
+      state[i] = 0;  // whole vectors: valid padding (kBlock is a multiple of lanes)
+      block.step[i] = 0;
+    }
+    const std::size_t maybe = FinishStraight(words, m, k, prefetch, /*contiguous=*/true, state,
+                                             step, count, answers, block);
+    members = 4 * maybe > 3 * count;
+    return;
+  }
   ComputeStarts(constants, digests, count, block.step, [state](auto dn, std::size_t i, auto first) {
     // Digest index i + lane in the high half of each state word.
     hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))), dn,
@@ -274,15 +300,10 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
   });
   std::fill(answers, answers + count, Answer::kDefinitelyNot);
 
-  const std::uint64_t* HWY_RESTRICT words = view.words;
-  const std::uint64_t m = view.bit_count;
-  const std::uint32_t k = view.hash_count;
-  const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
   const std::size_t distance = simd::detail::prefetch_distance(m);
   std::size_t active = count;
   std::uint32_t round = 0;
-  // After a block of mostly members, expect another: skip compaction.
-  while (!members && round < k && active != 0) {
+  while (round < k && active != 0) {
     if (prefetch) {
       for (std::size_t t = 0; t < std::min(active, distance); ++t) {
         hwy::Prefetch(words + ((state[t] & kPositionMask) >> 6));
@@ -308,8 +329,8 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
     if (4 * kept > 3 * count && round < k) break;  // mostly members
   }
   if (round < k && active != 0) {
-    const std::size_t maybe =
-        FinishStraight(words, m, k - round, prefetch, state, step, active, answers, block);
+    const std::size_t maybe = FinishStraight(words, m, k - round, prefetch, /*contiguous=*/false,
+                                             state, step, active, answers, block);
     members = 4 * maybe > 3 * count;
     return;
   }
