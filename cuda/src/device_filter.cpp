@@ -12,6 +12,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "cuda_error.hpp"
 #include "launch.hpp"
@@ -237,13 +238,17 @@ void stage(void* to, const void* from, std::size_t bytes) {
     std::memcpy(to, from, bytes);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (bytes + kPiece - 1) / kPiece),
-                    [&](const tbb::blocked_range<std::size_t>& pieces) {
-                      const std::size_t begin = pieces.begin() * kPiece;
-                      const std::size_t end = std::min(bytes, pieces.end() * kPiece);
-                      std::memcpy(static_cast<std::uint8_t*>(to) + begin,
-                                  static_cast<const std::uint8_t*>(from) + begin, end - begin);
-                    });
+  // Isolated: the caller holds the pipeline's mutex, and a thread waiting in
+  // this loop must not pick up an outer task that would take it again.
+  tbb::this_task_arena::isolate([&] {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (bytes + kPiece - 1) / kPiece),
+                      [&](const tbb::blocked_range<std::size_t>& pieces) {
+                        const std::size_t begin = pieces.begin() * kPiece;
+                        const std::size_t end = std::min(bytes, pieces.end() * kPiece);
+                        std::memcpy(static_cast<std::uint8_t*>(to) + begin,
+                                    static_cast<const std::uint8_t*>(from) + begin, end - begin);
+                      });
+  });
 }
 
 enum class HostMemory { kPageable, kPinned, kDevice };
