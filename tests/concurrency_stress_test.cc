@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/service/snapshot_publisher.hpp"
 #include "test_support.hpp"
 
 namespace abf {
@@ -29,7 +30,7 @@ constexpr int kLoads = 40;
 // The loader keeps going until the readers have checked this many batches.
 constexpr std::uint64_t kMinBatches = 400;
 
-struct Version {
+struct Contents {
   Filter filter;
   std::vector<Answer> expected;  // reference answers to `queries`
 };
@@ -50,7 +51,7 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
   fs::create_directories(dir);
   const fs::path path = dir / "current.abf";
 
-  // Two catalog versions over different digests, so answers tell them apart.
+  // Two filters over different digests, so answers tell them apart.
   // Queries: members of each version and digests of neither, interleaved.
   const auto first = test::random_digests(kMembers, 1);
   const auto second = test::random_digests(kMembers, 2);
@@ -62,60 +63,66 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
     queries.push_back(neither[i]);
   }
   const BloomSpec spec{.expected_item_count = kMembers, .target_fpp = 0.01};
-  std::vector<Version> versions;
+  std::vector<Contents> contents;
   for (const auto* members : {&first, &second}) {
-    auto filter = build_filter(*members, spec, versions.size() + 1);
+    auto filter = build_filter(*members, spec);
     ASSERT_TRUE(filter.has_value());
-    versions.push_back({*filter, reference_answers(*filter, queries)});
+    contents.push_back({*filter, reference_answers(*filter, queries)});
   }
-  ASSERT_TRUE(save_snapshot(versions[0].filter, path).has_value());
+  // Catalog version v holds contents[v % 2]; the bits are shared, only the
+  // header differs.
+  const auto version_of = [&](std::uint64_t version) {
+    FilterInfo info = contents[version % 2].filter.info();
+    info.catalog_version = version;
+    const Filter& base = contents[version % 2].filter;
+    auto filter = Filter::from_words(
+        info,
+        std::shared_ptr<const std::uint64_t>(std::make_shared<Filter>(base), base.words().data()),
+        base.words().size());
+    return *filter;
+  };
+  ASSERT_TRUE(save_snapshot(version_of(2), path).has_value());
 
-  // The published snapshot: readers take a reference without a lock; the
-  // loader swaps in each new load and drops its hold on the old one.
-  auto initial = load_snapshot(path, LoadMode::kCopy);
-  ASSERT_TRUE(initial.has_value());
-  std::atomic<std::shared_ptr<const Filter>> current(
-      std::make_shared<const Filter>(std::move(*initial)));
+  // The serving snapshot: readers take a reference without a lock; the
+  // loader publishes each new load and the old one is dropped when its last
+  // reader lets go (a mapped one is unmapped then).
+  service::SnapshotPublisher publisher;
+  ASSERT_TRUE(publisher.load_and_publish(path, LoadMode::kCopy).has_value());
   // One filter every thread queries directly, all the time.
-  const Filter shared = versions[1].filter;
+  const Filter shared = version_of(1);
 
   std::atomic<bool> done{false};
   std::atomic<int> failures{0};
   std::atomic<std::uint64_t> batches{0};
 
-  // Rewrites the file atomically, alternating the two versions.
+  // Rewrites the file atomically with ever newer versions, so that every
+  // load is publishable (the publisher refuses to go back in version).
   std::thread writer([&] {
-    for (int i = 0; !done.load(); ++i) {
-      if (!save_snapshot(versions[i % 2].filter, path)) failures.fetch_add(1);
+    for (std::uint64_t version = 3; !done.load(); ++version) {
+      if (!save_snapshot(version_of(version), path)) failures.fetch_add(1);
     }
   });
-  // Loads whatever the file holds now, copied or mapped, and publishes it.
+  // Loads whatever the file holds now, mapped or copied, and publishes it.
   std::thread loader([&] {
     for (int i = 0; i < kLoads || batches.load() < kMinBatches; ++i) {
-      auto loaded = load_snapshot(path, i % 2 == 0 ? LoadMode::kMap : LoadMode::kCopy);
-      if (!loaded) {
+      auto published =
+          publisher.load_and_publish(path, i % 2 == 0 ? LoadMode::kMap : LoadMode::kCopy);
+      if (!published) {
         failures.fetch_add(1);
-        ADD_FAILURE() << "a reader saw a half-written snapshot: " << loaded.error().describe();
-        continue;
+        ADD_FAILURE() << "load and publish failed: " << published.error().describe();
       }
-      current.store(std::make_shared<const Filter>(std::move(*loaded)));
     }
     done.store(true);
   });
 
   const auto check = [&](const Filter& filter, std::span<const Digest> batch, std::size_t offset,
                          Backend backend) {
-    const std::uint64_t version = filter.catalog_version();
-    if (version != 1 && version != 2) {
-      failures.fetch_add(1);
-      return;
-    }
     std::vector<Answer> answers(batch.size());
     if (!filter.query(batch, answers, backend)) {
       failures.fetch_add(1);
       return;
     }
-    const auto& expected = versions[version - 1].expected;
+    const auto& expected = contents[filter.catalog_version() % 2].expected;
     if (!std::equal(answers.begin(), answers.end(), expected.begin() + static_cast<long>(offset))) {
       failures.fetch_add(1);
     }
@@ -130,10 +137,10 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
       while (!done.load()) {
         // A small batch from the published snapshot, held only for the call.
         const std::size_t n = std::min<std::size_t>(300, queries.size() - offset);
-        const std::shared_ptr<const Filter> snapshot = current.load();
-        check(*snapshot, std::span(queries).subspan(offset, n), offset, backend);
+        const auto snapshot = publisher.current();
+        check(snapshot->filter, std::span(queries).subspan(offset, n), offset, backend);
         // A copy that outlives the swap, then dies on this thread.
-        const Filter copy = *snapshot;
+        const Filter copy = snapshot->filter;
         check(copy, std::span(queries).subspan(0, 64), 0, backend);
         // The whole batch on the shared filter: large enough that the query
         // itself fans out over the TBB arena from several threads at once.
@@ -148,7 +155,6 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
   for (auto& reader : readers) reader.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GE(batches.load(), kMinBatches);
-  current.store(nullptr);
   fs::remove_all(dir);
 }
 
