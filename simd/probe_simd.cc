@@ -53,6 +53,18 @@ void ProbeStarts(std::uint64_t bit_count, const Digest* digests, std::size_t cou
   }
 }
 
+void ReduceBatch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t count,
+                 std::uint64_t* out) {
+  using D = hn::ScalableTag<std::uint64_t>;
+  const D d;
+  const ModVectors<D> c(d, simd::ModConstants::of(bit_count));
+  std::size_t i = 0;
+  for (; i + hn::Lanes(d) <= count; i += hn::Lanes(d)) {
+    hn::StoreU(ModM(d, hn::LoadU(d, x + i), c), d, out + i);
+  }
+  for (; i < count; ++i) out[i] = x[i] % bit_count;
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace abf::HWY_NAMESPACE
@@ -64,6 +76,7 @@ namespace abf::simd {
 HWY_EXPORT(QueryBatch);
 HWY_EXPORT(InsertBatch);
 HWY_EXPORT(ProbeStarts);
+HWY_EXPORT(ReduceBatch);
 HWY_EXPORT(TargetName);
 
 void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
@@ -79,6 +92,11 @@ void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t h
 void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
                   std::uint64_t* first, std::uint64_t* step) noexcept {
   HWY_DYNAMIC_DISPATCH(ProbeStarts)(bit_count, digests, count, first, step);
+}
+
+void reduce_batch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t count,
+                  std::uint64_t* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(ReduceBatch)(bit_count, x, count, out);
 }
 
 std::string target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }

@@ -52,4 +52,9 @@ struct ModConstants {
 void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
                   std::uint64_t* first, std::uint64_t* step) noexcept;
 
+// out[i] = x[i] mod bit_count by the vector reduction above on the dispatched
+// target (tail lanes by `%`). For tests and the reduction benchmark.
+void reduce_batch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t count,
+                  std::uint64_t* out) noexcept;
+
 }  // namespace abf::simd

@@ -167,6 +167,24 @@ TEST_P(SimdEngineTest, DispatchesToTheForcedTarget) {
   EXPECT_EQ(simd::target_name(), hwy::TargetName(GetParam()));
 }
 
+TEST_P(SimdEngineTest, ReductionEqualsModuloForEveryBitCountShape) {
+  std::mt19937_64 rng(3);
+  std::vector<std::uint64_t> counts = all_bit_counts();
+  for (int i = 0; i < 200; ++i) counts.push_back(64 * (1 + rng() % (kMaxM / 64)));
+  for (std::uint64_t shift = 6; shift <= 30; ++shift) {  // powers of two and neighbours
+    counts.push_back(std::uint64_t{1} << shift);
+    if (shift > 6) counts.push_back((std::uint64_t{1} << shift) - 64);
+    if (shift < 30) counts.push_back((std::uint64_t{1} << shift) + 64);
+  }
+  for (const std::uint64_t m : counts) {
+    auto x = adversarial_words(m);
+    for (int i = 0; i < 64; ++i) x.push_back(rng());
+    std::vector<std::uint64_t> out(x.size());
+    simd::reduce_batch(m, x.data(), x.size(), out.data());
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], x[i] % m) << x[i] << " mod " << m;
+  }
+}
+
 TEST_P(SimdEngineTest, ProbeStartsEqualTheProtocolForAdversarialWords) {
   for (const std::uint64_t m : all_bit_counts()) {
     const auto digests = adversarial_digests(m);
