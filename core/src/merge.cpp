@@ -1,15 +1,13 @@
 // merge_filters: the OR of filters of one layout.
 #include "abf/merge.hpp"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <bit>
 #include <cstring>
 #include <sstream>
 #include <string>
 
 #include "abf/probe.hpp"
+#include "parallel.hpp"
 
 namespace abf {
 
@@ -89,16 +87,13 @@ Result<Filter> merge_filters(std::span<const Filter> filters, const MergeOptions
   const std::size_t word_count = first.words().size();
   auto words = allocate_words(word_count);
   std::uint64_t* out = words.get();
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, word_count, kMergeGrain),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      const std::size_t length = range.size() * sizeof(std::uint64_t);
-                      std::memcpy(out + range.begin(), first.words().data() + range.begin(),
-                                  length);
-                      for (std::size_t f = 1; f < filters.size(); ++f) {
-                        const std::uint64_t* in = filters[f].words().data();
-                        for (std::size_t w = range.begin(); w < range.end(); ++w) out[w] |= in[w];
-                      }
-                    });
+  detail::parallel_for_chunks(0, word_count, kMergeGrain, [&](std::size_t begin, std::size_t end) {
+    std::memcpy(out + begin, first.words().data() + begin, (end - begin) * sizeof(std::uint64_t));
+    for (std::size_t f = 1; f < filters.size(); ++f) {
+      const std::uint64_t* in = filters[f].words().data();
+      for (std::size_t w = begin; w < end; ++w) out[w] |= in[w];
+    }
+  });
   return Filter::from_words(info, std::move(words), word_count);
 }
 

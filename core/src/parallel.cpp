@@ -97,11 +97,9 @@ void insert_shard(const probe::Reducer& reducer, std::uint32_t hash_count, std::
 void insert_atomic_or(std::size_t grain, std::uint64_t* words, std::uint64_t bit_count,
                       std::uint32_t hash_count, const Digest* digests, std::size_t count) {
   const probe::Reducer reducer(bit_count);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      insert_shard<true>(reducer, hash_count, words, digests + range.begin(),
-                                         range.size());
-                    });
+  parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
+    insert_shard<true>(reducer, hash_count, words, digests + begin, end - begin);
+  });
 }
 
 void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* words,
@@ -120,22 +118,16 @@ void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* wor
     auto owned = allocate_words(word_count);
     return Local{owned.get(), std::move(owned)};
   });
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      engine(local.local().bits, bit_count, hash_count, digests + range.begin(),
-                             range.size());
-                    });
+  parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
+    engine(local.local().bits, bit_count, hash_count, digests + begin, end - begin);
+  });
   // OR-reduce by word range: each task reads every private copy of its range.
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, word_count, 4096),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      for (const auto& copy : local) {
-                        if (copy.owned == nullptr) continue;
-                        const std::uint64_t* src = copy.bits;
-                        for (std::size_t w = range.begin(); w < range.end(); ++w) {
-                          words[w] |= src[w];
-                        }
-                      }
-                    });
+  parallel_for_chunks(0, word_count, 4096, [&](std::size_t begin, std::size_t end) {
+    for (const auto& copy : local) {
+      if (copy.owned == nullptr) continue;
+      for (std::size_t w = begin; w < end; ++w) words[w] |= copy.bits[w];
+    }
+  });
 }
 
 // Word-range partitioning. The bitset is cut into ranges of 2^shift bits,
@@ -185,11 +177,13 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
       return std::pair{chunk + s * grain, std::min(grain, n - s * grain)};
     };
     // 1: count the probes of each (shard, range).
-    tbb::parallel_for(std::size_t{0}, shards, [&](std::size_t s) {
-      std::size_t* counts = cursors.data() + s * ranges;
-      const auto [begin, size] = shard_span(s);
-      for_each_probe(reducer, hash_count, begin, size,
-                     [&](std::uint32_t i) { ++counts[i >> shift]; });
+    parallel_for_chunks(0, shards, 1, [&](std::size_t first_shard, std::size_t end_shard) {
+      for (std::size_t s = first_shard; s < end_shard; ++s) {
+        std::size_t* counts = cursors.data() + s * ranges;
+        const auto [begin, size] = shard_span(s);
+        for_each_probe(reducer, hash_count, begin, size,
+                       [&](std::uint32_t i) { ++counts[i >> shift]; });
+      }
     });
     // Offsets, range-major, so that each range's indices are contiguous.
     std::size_t offset = 0;
@@ -203,15 +197,17 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
     }
     range_begin[ranges] = offset;
     // 2: scatter; every shard writes its own slots.
-    tbb::parallel_for(std::size_t{0}, shards, [&](std::size_t s) {
-      std::size_t* cursor = cursors.data() + s * ranges;
-      const auto [begin, size] = shard_span(s);
-      for_each_probe(reducer, hash_count, begin, size,
-                     [&](std::uint32_t i) { sorted[cursor[i >> shift]++] = i; });
+    parallel_for_chunks(0, shards, 1, [&](std::size_t first_shard, std::size_t end_shard) {
+      for (std::size_t s = first_shard; s < end_shard; ++s) {
+        std::size_t* cursor = cursors.data() + s * ranges;
+        const auto [begin, size] = shard_span(s);
+        for_each_probe(reducer, hash_count, begin, size,
+                       [&](std::uint32_t i) { sorted[cursor[i >> shift]++] = i; });
+      }
     });
     // 3: each range's owner ORs its bits; no two tasks share a word.
-    tbb::parallel_for(std::size_t{0}, ranges, [&](std::size_t r) {
-      for (std::size_t e = range_begin[r]; e < range_begin[r + 1]; ++e) {
+    parallel_for_chunks(0, ranges, 1, [&](std::size_t first_range, std::size_t end_range) {
+      for (std::size_t e = range_begin[first_range]; e < range_begin[end_range]; ++e) {
         const std::uint32_t i = sorted[e];
         words[probe::word_of(i)] |= probe::mask_of(i);
       }
@@ -228,10 +224,9 @@ void parallel_query(const ParallelOptions& options, QueryFn engine, const probe:
     engine(view, digests, count, answers);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      engine(view, digests + range.begin(), range.size(), answers + range.begin());
-                    });
+  parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
+    engine(view, digests + begin, end - begin, answers + begin);
+  });
 }
 
 void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest* digests,

@@ -2,8 +2,16 @@
 // Every function here gives the same result for any thread count and split.
 #pragma once
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
@@ -61,5 +69,39 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
 
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers);
+
+// tbb::parallel_for over [begin, end) in chunks of at least `grain` (>= 1)
+// digests or words; body(chunk_begin, chunk_end).
+//
+// Under ThreadSanitizer the chunks run on plain std::threads instead, as
+// many as the TBB arena allows. Debian's libtbb is not built with
+// -fsanitize=thread, so TSan cannot see how TBB hands a task to a worker and
+// joins it: it reports TBB's own recycled task objects, and every write made
+// before the loop and read in a task, as races. Thread creation and join it
+// does see, and tasks share no synchronization beyond them, so a race
+// between two chunks of the body is still reported.
+template <class Body>
+void parallel_for_chunks(std::size_t begin, std::size_t end, std::size_t grain, const Body& body) {
+  if (begin >= end) return;
+#if defined(__SANITIZE_THREAD__)
+  const std::size_t chunks = (end - begin + grain - 1) / grain;
+  const auto threads = std::min<std::size_t>(
+      chunks, static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()));
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
+      body(begin + c * grain, std::min(end, begin + (c + 1) * grain));
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& helper : helpers) helper.join();
+#else
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(begin, end, grain),
+      [&](const tbb::blocked_range<std::size_t>& range) { body(range.begin(), range.end()); });
+#endif
+}
 
 }  // namespace abf::detail
