@@ -19,9 +19,10 @@
 namespace abf::simd::detail {
 
 // Digests per block. A block's probe state (position|id and step, 16 bytes a
-// digest) stays in L1, and 1024 independent first probes keep enough cache
-// misses in flight to cover DRAM latency; the last rounds of a block, with
-// few survivors left, pay about one latency each, 1/1024 of it per digest.
+// digest) stays in L1, and its 1024 independent first probes give the
+// prefetcher below enough distance to cover DRAM latency; the last rounds of
+// a block, with few survivors left, pay about one latency each, 1/1024 of it
+// per digest.
 inline constexpr std::size_t kBlock = 1024;
 // Filters smaller than this sit in L2 (1 MiB a core here); prefetching them
 // only costs instructions.
@@ -30,8 +31,8 @@ inline constexpr std::uint64_t kPrefetchMinBytes = std::uint64_t{1} << 20;
 // How many probes ahead a compaction round prefetches. Measured on the
 // absent-query benchmark (ns per digest at distance 16 / 32 / 64 / 128 / 256):
 // llc 5.4 / 6.8 / 5.4 / 5.1 / 5.5, dram 39 / 30 / 22 / 18.4 / 18.2; prefetching
-// the whole round first gave 5.9 and 20. Larger distances need more lines
-// in flight than a small filter's latency calls for.
+// the whole round first gave 5.9 and 20. The LLC's shorter latency is
+// covered at 128; further ahead only holds more lines in flight.
 inline std::size_t prefetch_distance(std::uint64_t bit_count) {
   return bit_count / 8 > (std::uint64_t{32} << 20) ? 256 : 128;
 }
@@ -42,7 +43,7 @@ inline std::size_t prefetch_distance(std::uint64_t bit_count) {
 inline constexpr std::uint64_t kPositionMask = 0xffffffffu;
 
 // Digests per batch of the straight finish: their remaining probe positions
-// (at most 32 each) take 16 KiB, half of L1.
+// and word indices take 2 x 8 bytes x 64 x k, 7 KiB at k = 7.
 inline constexpr std::size_t kStraight = 64;
 
 // Scratch of one block, on the stack of the calling thread.
