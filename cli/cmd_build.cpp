@@ -39,7 +39,7 @@ void print_summary(const std::string& output, const Filter& filter) {
 
 // --from-catalog: the snapshot of a SQLite catalog at one version.
 int run_build_from_catalog(const BuildOptions& options, Backend backend) {
-  auto catalog = service::SqliteCatalog::open(options.from_catalog);
+  auto catalog = service::SqliteCatalog::open(options.from_catalog, {.read_only = true});
   if (!catalog) return report("build", catalog.error());
   std::uint64_t version = 0;
   if (options.catalog_version) {

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,12 +17,18 @@ namespace {
 
 constexpr char kHexDigits[] = "0123456789abcdef";
 
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
+// Hex digit values, 0xff for anything else: one load per character instead
+// of three range compares (hex parsing dominates `abf dedup` on text input).
+constexpr std::array<std::uint8_t, 256> kHexValue = [] {
+  std::array<std::uint8_t, 256> table{};
+  table.fill(0xff);
+  for (int c = 0; c < 10; ++c) table['0' + c] = static_cast<std::uint8_t>(c);
+  for (int c = 0; c < 6; ++c) {
+    table['a' + c] = static_cast<std::uint8_t>(10 + c);
+    table['A' + c] = static_cast<std::uint8_t>(10 + c);
+  }
+  return table;
+}();
 
 bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r'; }
 
@@ -76,16 +83,19 @@ Result<Digest> parse_hex_digest(std::string_view hex) {
                                                excerpt(hex) + "')");
   }
   Digest digest;
+  std::uint8_t invalid = 0;  // OR of every looked-up value: bit 7 set iff a non-hex character
   for (std::size_t i = 0; i < Digest::kSize; ++i) {
-    const int high = hex_value(hex[2 * i]);
-    const int low = hex_value(hex[2 * i + 1]);
-    if (high < 0 || low < 0) {
-      const std::size_t column = (high < 0 ? 2 * i : 2 * i + 1) + 1;
-      return fail(ErrorCode::kInvalidDigest, "non-hex character at column " +
-                                                 std::to_string(column) + " ('" + excerpt(hex) +
-                                                 "')");
-    }
-    digest.bytes[i] = static_cast<std::uint8_t>(high << 4 | low);
+    const std::uint8_t high = kHexValue[static_cast<unsigned char>(hex[2 * i])];
+    const std::uint8_t low = kHexValue[static_cast<unsigned char>(hex[2 * i + 1])];
+    invalid |= high | low;
+    digest.bytes[i] = static_cast<std::uint8_t>(high << 4 | (low & 15));
+  }
+  if (invalid & 0x80) {
+    std::size_t column = 0;
+    while (kHexValue[static_cast<unsigned char>(hex[column])] != 0xff) ++column;
+    return fail(ErrorCode::kInvalidDigest, "non-hex character at column " +
+                                               std::to_string(column + 1) + " ('" + excerpt(hex) +
+                                               "')");
   }
   return digest;
 }
