@@ -65,12 +65,14 @@ std::string describe(MergeStrategy strategy) {
       return "shard_bitsets";
     case MergeStrategy::kWordRange:
       return "word_range";
+    case MergeStrategy::kAuto:
+      return "auto";
   }
   return "?";
 }
 
 constexpr MergeStrategy kStrategies[] = {MergeStrategy::kAtomicOr, MergeStrategy::kShardBitsets,
-                                         MergeStrategy::kWordRange};
+                                         MergeStrategy::kWordRange, MergeStrategy::kAuto};
 
 // Layouts: the smallest m, a non-power-of-two m, m = 2^20 (several word
 // ranges), and k from 1 to 32.
@@ -194,6 +196,22 @@ TEST(ParallelInsert, GoldenBuildsOnEveryCore) {
       });
     }
   }
+}
+
+// The size rule of choose_strategy: private bitsets only when they are
+// affordable and amortized, never for a streamed chunk into a big filter.
+TEST(ParallelInsert, ChoosesStrategyBySize) {
+  constexpr std::uint64_t kMiB = std::uint64_t{8} << 20;  // bits per MiB
+  // 2 Mi digests into 16 MiB with 2 threads: 14.7 M probes >= 4 x 2 Mi words.
+  EXPECT_EQ(detail::choose_strategy(16 * kMiB, 7, 2 << 20, 2), MergeStrategy::kShardBitsets);
+  // A 64 Ki-digest chunk (abf build) into the same filter: too few probes.
+  EXPECT_EQ(detail::choose_strategy(16 * kMiB, 7, 64 << 10, 2), MergeStrategy::kWordRange);
+  EXPECT_EQ(detail::choose_strategy(128 * kMiB, 7, 64 << 10, 2), MergeStrategy::kAtomicOr);
+  // Private bitsets over the 256 MiB budget: 3 x 128 MiB.
+  EXPECT_EQ(detail::choose_strategy(128 * kMiB, 7, std::size_t{1} << 30, 4),
+            MergeStrategy::kAtomicOr);
+  // One thread owns the shared bitset; no private copy is needed.
+  EXPECT_EQ(detail::choose_strategy(128 * kMiB, 7, 1, 1), MergeStrategy::kShardBitsets);
 }
 
 TEST(ParallelQuery, AnswersEqualScalarInInputOrder) {

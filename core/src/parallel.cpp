@@ -1,10 +1,10 @@
 // Parallel batch query and build with oneTBB.
 //
-// The build runs one shard body, insert_shard, both serially and from
-// tbb::parallel_for; the shards' bits meet in one bitset through an atomic
-// OR. OR is commutative and idempotent, so the bitset cannot depend on the
-// split, the thread count or the input order; parallel_test.cc proves it
-// word for word against the scalar reference.
+// The shards of a build meet in one bitset in one of three ways (atomic OR,
+// private bitsets OR-reduced, word-range owners); choose_strategy picks by
+// size. OR is commutative and idempotent, so the bitset cannot depend on the
+// strategy, the split, the thread count or the input order;
+// parallel_test.cc proves it word for word against the scalar reference.
 #include "parallel.hpp"
 
 #include <tbb/blocked_range.h>
@@ -29,6 +29,10 @@ constexpr std::size_t kQueryGrain = 16 * 1024;
 // Build shards: big enough that a task's spawn cost vanishes (~1 us against
 // ~100 us of probes), small enough that 2 x cores shards balance a 1 M chunk.
 constexpr std::size_t kInsertGrain = 8 * 1024;
+
+// choose_strategy's limits (docs/parallel.md has the measurements).
+constexpr std::uint64_t kPrivateBitsetBudget = std::uint64_t{256} << 20;
+constexpr std::uint64_t kWordRangeMaxBytes = std::uint64_t{32} << 20;
 
 // Digests whose probe indices are computed (and their words prefetched) one
 // block ahead of the block whose bits are being set. 8 digests x k = 7..10
@@ -217,6 +221,17 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
 
 }  // namespace
 
+MergeStrategy choose_strategy(std::uint64_t bit_count, std::uint32_t hash_count, std::size_t count,
+                              std::size_t threads) {
+  const std::uint64_t words = bit_count / 64;
+  const std::uint64_t private_words = words * (threads > 0 ? threads - 1 : 0);
+  const std::uint64_t probes = std::uint64_t{count} * hash_count;
+  if (private_words * 8 <= kPrivateBitsetBudget && probes >= 4 * private_words) {
+    return MergeStrategy::kShardBitsets;
+  }
+  return words * 8 <= kWordRangeMaxBytes ? MergeStrategy::kWordRange : MergeStrategy::kAtomicOr;
+}
+
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers) {
   const std::size_t grain = options.grain != 0 ? options.grain : kQueryGrain;
@@ -243,7 +258,13 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
     engine(words, bit_count, hash_count, digests, count);
     return;
   }
-  switch (options.strategy) {
+  MergeStrategy strategy = options.strategy;
+  if (strategy == MergeStrategy::kAuto) {
+    strategy = choose_strategy(bit_count, hash_count, count,
+                               static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()));
+  }
+  switch (strategy) {
+    case MergeStrategy::kAuto:
     case MergeStrategy::kAtomicOr:
       insert_atomic_or(grain, words, bit_count, hash_count, digests, count);
       return;

@@ -33,10 +33,10 @@ void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest*
 // commutative, so neither the split nor the order can change it.
 //
 // With one thread in the arena, or a batch too small to split, this is the
-// engine itself. Otherwise shards of the batch run in parallel and set their
-// bits with an atomic OR into the one shared bitset (docs/parallel.md says
-// why that merge and not the others). Extra memory: a few KiB per thread,
-// whatever the filter or batch size.
+// engine itself. Otherwise shards of the batch run in parallel, merged by
+// the strategy choose_strategy() picks (docs/parallel.md has the
+// measurements): extra memory stays below 256 MiB + 16 MiB whatever the
+// filter, batch or thread count.
 void parallel_insert(InsertFn engine, std::uint64_t* words, std::uint64_t bit_count,
                      std::uint32_t hash_count, const Digest* digests, std::size_t count);
 
@@ -54,11 +54,22 @@ enum class MergeStrategy {
   // buckets with a plain OR. Extra memory: 4 bytes per probe of a bounded
   // sub-batch.
   kWordRange,
+  // Pick by size: choose_strategy().
+  kAuto,
 };
+
+// The strategy kAuto uses for a batch of `count` digests into a filter of
+// `bit_count` bits with `threads` threads:
+//   kShardBitsets when the private bitsets fit 256 MiB and the batch has at
+//     least 4 probes per word of private bitset to OR back (the engine's
+//     own speed on every thread; the reduction then costs < 1/4 extra);
+//   else kWordRange for bitsets up to 32 MiB (in the LLC), kAtomicOr above.
+MergeStrategy choose_strategy(std::uint64_t bit_count, std::uint32_t hash_count, std::size_t count,
+                              std::size_t threads);
 
 // Knobs for tests and benchmarks. grain 0 means the default for the call.
 struct ParallelOptions {
-  MergeStrategy strategy = MergeStrategy::kAtomicOr;
+  MergeStrategy strategy = MergeStrategy::kAuto;
   std::size_t grain = 0;     // digests per shard (at least 1)
   bool force_split = false;  // split even with one thread or a small batch
 };
