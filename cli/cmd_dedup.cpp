@@ -169,21 +169,6 @@ Command add_dedup_command(CLI::App& root) {
 // ---------------------------------------------------------------------------
 // The demo.
 
-std::vector<Digest> generate(const std::string& prefix, std::uint64_t count) {
-  std::vector<Digest> digests(count);
-  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, count, 4096),
-                    [&](const tbb::blocked_range<std::uint64_t>& range) {
-                      for (auto i = range.begin(); i != range.end(); ++i) {
-                        digests[i] = sha256(prefix + std::to_string(i));
-                      }
-                    });
-  return digests;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 std::string fixed(double value, int digits) {
   char text[32];
   std::snprintf(text, sizeof text, "%.*f", digits, value);
@@ -219,7 +204,7 @@ int run_dedup_demo(std::ostream& out) {
   const auto snapshot_path = dir.path / "catalog.abf";
 
   out << "\nPart 2: bulk dedup against the exact store, a SQLite catalog\n";
-  const std::vector<Digest> members = generate("catalog:", kCatalogSize);
+  const std::vector<Digest> members = generate_digests("catalog:", kCatalogSize);
   auto start = std::chrono::steady_clock::now();
   auto catalog = service::SqliteCatalog::create(db_path);
   if (!catalog) return report(command, catalog.error());
@@ -249,7 +234,7 @@ int run_dedup_demo(std::ostream& out) {
   // Candidates: every 100th is a catalog member, the rest are new.
   std::string candidates(kCandidates * Digest::kSize, '\0');
   {
-    const std::vector<Digest> fresh = generate("candidate:", kCandidates);
+    const std::vector<Digest> fresh = generate_digests("candidate:", kCandidates);
     for (std::uint64_t i = 0; i < kCandidates; ++i) {
       const Digest& digest =
           i % kKnownEvery == 0 ? members[(i / kKnownEvery * 7919) % kCatalogSize] : fresh[i];

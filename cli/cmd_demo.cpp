@@ -31,21 +31,6 @@ struct DemoOptions {
   bool skip_dedup = false;
 };
 
-std::vector<Digest> generate(const char* prefix, std::uint64_t count) {
-  std::vector<Digest> digests(count);
-  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, count, 4096),
-                    [&](const tbb::blocked_range<std::uint64_t>& range) {
-                      for (auto i = range.begin(); i != range.end(); ++i) {
-                        digests[i] = sha256(prefix + std::to_string(i));
-                      }
-                    });
-  return digests;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // Median seconds of `repetitions` runs of a batch query.
 Result<double> time_query(const Filter& filter, const std::vector<Digest>& digests,
                           std::vector<Answer>& answers, Backend backend) {
@@ -67,8 +52,8 @@ int run_demo(const DemoOptions& options) {
               with_commas(options.items).c_str(), with_commas(options.items).c_str(), options.fpp);
 
   auto start = std::chrono::steady_clock::now();
-  const auto members = generate("member:", options.items);
-  const auto absent = generate("non-member:", options.items);
+  const auto members = generate_digests("member:", options.items);
+  const auto absent = generate_digests("non-member:", options.items);
   std::printf("generated           %s members and %s absent candidates in %.2f s\n",
               with_commas(members.size()).c_str(), with_commas(absent.size()).c_str(),
               seconds_since(start));

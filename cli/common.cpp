@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
 #include <tbb/info.h>
+#include <tbb/parallel_for.h>
 
 #include <cstdio>
 #include <iostream>
@@ -65,6 +67,24 @@ void Progress::update(std::uint64_t done) {
                  unit_.c_str(), seconds);
   }
   std::fflush(stderr);
+}
+
+std::vector<Digest> generate_digests(std::string_view prefix, std::uint64_t count) {
+  std::vector<Digest> digests(count);
+  tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, count, 4096),
+                    [&](const tbb::blocked_range<std::uint64_t>& range) {
+                      std::string text(prefix);
+                      for (auto i = range.begin(); i != range.end(); ++i) {
+                        text.resize(prefix.size());
+                        text += std::to_string(i);
+                        digests[i] = sha256(text);
+                      }
+                    });
+  return digests;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::string with_commas(std::uint64_t value) {

@@ -8,9 +8,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "abf/digest.hpp"
 #include "abf/error.hpp"
 
 namespace abf::cli {
@@ -55,6 +57,13 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_;
 };
+
+// SHA-256("<prefix><i>") for i < count, computed on every core. The demo's
+// deterministic digest sets ("member:", "non-member:", ...).
+std::vector<Digest> generate_digests(std::string_view prefix, std::uint64_t count);
+
+// Seconds elapsed since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 // Human formatting: 1234567 -> "1,234,567"; rates as "12.3 M/s".
 std::string with_commas(std::uint64_t value);
