@@ -64,7 +64,7 @@ void in_arena(int threads, Body&& body) {
 }
 
 // Args: bits, threads, strategy (-1: the SIMD engine serially; 0..3 the
-// MergeStrategy values, 3 = auto).
+// MergeStrategy values, 4 = auto).
 void BM_ParallelBuild(benchmark::State& state) {
   const auto bits = static_cast<std::uint64_t>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
@@ -86,7 +86,8 @@ void BM_ParallelBuild(benchmark::State& state) {
     }
   });
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * input.size()));
-  static const char* const kNames[] = {"atomic_or", "shard_bitsets", "word_range", "auto"};
+  static const char* const kNames[] = {"atomic_or", "shard_bitsets", "word_range", "serial",
+                                       "auto"};
   state.SetLabel(strategy < 0 ? "serial_simd" : kNames[strategy]);
 }
 
@@ -115,7 +116,7 @@ void build_args(benchmark::internal::Benchmark* b) {
   for (const auto bits : {kL2Bits, kLlcBits, kDramBits}) {
     b->Args({bits, 1, -1});
     for (std::int64_t threads = 1; threads <= hardware_threads(); threads *= 2) {
-      for (std::int64_t strategy = 0; strategy < 4; ++strategy) b->Args({bits, threads, strategy});
+      for (const std::int64_t strategy : {0, 1, 2, 4}) b->Args({bits, threads, strategy});
     }
   }
 }

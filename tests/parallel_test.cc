@@ -65,6 +65,8 @@ std::string describe(MergeStrategy strategy) {
       return "shard_bitsets";
     case MergeStrategy::kWordRange:
       return "word_range";
+    case MergeStrategy::kSerial:
+      return "serial";
     case MergeStrategy::kAuto:
       return "auto";
   }
@@ -72,7 +74,8 @@ std::string describe(MergeStrategy strategy) {
 }
 
 constexpr MergeStrategy kStrategies[] = {MergeStrategy::kAtomicOr, MergeStrategy::kShardBitsets,
-                                         MergeStrategy::kWordRange, MergeStrategy::kAuto};
+                                         MergeStrategy::kWordRange, MergeStrategy::kSerial,
+                                         MergeStrategy::kAuto};
 
 // Layouts: the smallest m, a non-power-of-two m, m = 2^20 (several word
 // ranges), and k from 1 to 32.
@@ -204,9 +207,11 @@ TEST(ParallelInsert, ChoosesStrategyBySize) {
   constexpr std::uint64_t kMiB = std::uint64_t{8} << 20;  // bits per MiB
   // 2 Mi digests into 16 MiB with 2 threads: 14.7 M probes >= 4 x 2 Mi words.
   EXPECT_EQ(detail::choose_strategy(16 * kMiB, 7, 2 << 20, 2), MergeStrategy::kShardBitsets);
-  // A 64 Ki-digest chunk (abf build) into the same filter: too few probes.
-  EXPECT_EQ(detail::choose_strategy(16 * kMiB, 7, 64 << 10, 2), MergeStrategy::kWordRange);
-  EXPECT_EQ(detail::choose_strategy(128 * kMiB, 7, 64 << 10, 2), MergeStrategy::kAtomicOr);
+  // A 64 Ki-digest chunk (abf build) into the same filter: too few probes;
+  // two threads sharing one bitset lose to one thread, eight win.
+  EXPECT_EQ(detail::choose_strategy(16 * kMiB, 7, 64 << 10, 2), MergeStrategy::kSerial);
+  EXPECT_EQ(detail::choose_strategy(16 * kMiB, 7, 64 << 10, 8), MergeStrategy::kWordRange);
+  EXPECT_EQ(detail::choose_strategy(128 * kMiB, 7, 64 << 10, 8), MergeStrategy::kAtomicOr);
   // Private bitsets over the 256 MiB budget: 3 x 128 MiB.
   EXPECT_EQ(detail::choose_strategy(128 * kMiB, 7, std::size_t{1} << 30, 4),
             MergeStrategy::kAtomicOr);

@@ -33,6 +33,7 @@ constexpr std::size_t kInsertGrain = 8 * 1024;
 // choose_strategy's limits (docs/parallel.md has the measurements).
 constexpr std::uint64_t kPrivateBitsetBudget = std::uint64_t{256} << 20;
 constexpr std::uint64_t kWordRangeMaxBytes = std::uint64_t{32} << 20;
+constexpr std::size_t kMinThreadsToShare = 4;
 
 // Digests whose probe indices are computed (and their words prefetched) one
 // block ahead of the block whose bits are being set. 8 digests x k = 7..10
@@ -229,6 +230,7 @@ MergeStrategy choose_strategy(std::uint64_t bit_count, std::uint32_t hash_count,
   if (private_words * 8 <= kPrivateBitsetBudget && probes >= 4 * private_words) {
     return MergeStrategy::kShardBitsets;
   }
+  if (threads < kMinThreadsToShare) return MergeStrategy::kSerial;
   return words * 8 <= kWordRangeMaxBytes ? MergeStrategy::kWordRange : MergeStrategy::kAtomicOr;
 }
 
@@ -265,6 +267,9 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
   }
   switch (strategy) {
     case MergeStrategy::kAuto:
+    case MergeStrategy::kSerial:
+      engine(words, bit_count, hash_count, digests, count);
+      return;
     case MergeStrategy::kAtomicOr:
       insert_atomic_or(grain, words, bit_count, hash_count, digests, count);
       return;

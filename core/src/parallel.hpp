@@ -54,6 +54,8 @@ enum class MergeStrategy {
   // buckets with a plain OR. Extra memory: 4 bytes per probe of a bounded
   // sub-batch.
   kWordRange,
+  // No merge: the engine on the calling thread.
+  kSerial,
   // Pick by size: choose_strategy().
   kAuto,
 };
@@ -63,6 +65,9 @@ enum class MergeStrategy {
 //   kShardBitsets when the private bitsets fit 256 MiB and the batch has at
 //     least 4 probes per word of private bitset to OR back (the engine's
 //     own speed on every thread; the reduction then costs < 1/4 extra);
+//   else, with fewer than 4 threads, kSerial: an atomic OR or a bucketed
+//     probe costs 2.5-7x the SIMD engine's plain OR (docs/parallel.md), so
+//     2 or 3 threads would lose to one;
 //   else kWordRange for bitsets up to 32 MiB (in the LLC), kAtomicOr above.
 MergeStrategy choose_strategy(std::uint64_t bit_count, std::uint32_t hash_count, std::size_t count,
                               std::size_t threads);
