@@ -8,7 +8,6 @@
 #include "parallel.hpp"
 
 #include <tbb/blocked_range.h>
-#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -111,26 +110,31 @@ void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* wor
                           std::uint64_t bit_count, std::uint32_t hash_count, const Digest* digests,
                           std::size_t count) {
   const std::size_t word_count = bit_count / 64;
-  // The first thread to start writes straight into `words`; every other one
-  // gets a private zeroed bitset.
-  std::atomic<bool> claimed{false};
-  struct Local {
-    std::uint64_t* bits;
-    std::shared_ptr<std::uint64_t> owned;
-  };
-  tbb::enumerable_thread_specific<Local> local([&] {
-    if (!claimed.exchange(true)) return Local{words, nullptr};
-    auto owned = allocate_words(word_count);
-    return Local{owned.get(), std::move(owned)};
-  });
-  parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
-    engine(local.local().bits, bit_count, hash_count, digests + begin, end - begin);
+  // One contiguous part per thread (fewer when shards of `grain` run out):
+  // part 0 writes straight into `words`, every other part into a private
+  // zeroed bitset. Memory is (parts - 1) x filter whatever the scheduling.
+  const auto threads = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  const std::size_t parts =
+      std::max<std::size_t>(1, std::min(threads, (count + grain - 1) / grain));
+  const std::size_t per_part = (count + parts - 1) / parts;
+  std::vector<std::shared_ptr<std::uint64_t>> private_bits(parts);
+  parallel_for_chunks(0, parts, 1, [&](std::size_t first_part, std::size_t end_part) {
+    for (std::size_t p = first_part; p < end_part; ++p) {
+      const std::size_t begin = std::min(count, p * per_part);
+      const std::size_t end = std::min(count, begin + per_part);
+      std::uint64_t* target = words;
+      if (p != 0) {
+        private_bits[p] = allocate_words(word_count);
+        target = private_bits[p].get();
+      }
+      engine(target, bit_count, hash_count, digests + begin, end - begin);
+    }
   });
   // OR-reduce by word range: each task reads every private copy of its range.
   parallel_for_chunks(0, word_count, 4096, [&](std::size_t begin, std::size_t end) {
-    for (const auto& copy : local) {
-      if (copy.owned == nullptr) continue;
-      for (std::size_t w = begin; w < end; ++w) words[w] |= copy.bits[w];
+    for (std::size_t p = 1; p < parts; ++p) {
+      const std::uint64_t* bits = private_bits[p].get();
+      for (std::size_t w = begin; w < end; ++w) words[w] |= bits[w];
     }
   });
 }
