@@ -50,7 +50,7 @@ inline constexpr std::uint64_t kPositionMask = 0xffffffffu;
 // and word indices take 2 x 8 bytes x 64 x k, 7 KiB at k = 7.
 inline constexpr std::size_t kStraight = 64;
 
-// Scratch of one block, on the stack of the calling thread.
+// Scratch of one block; one per thread (thread_scratch()).
 struct alignas(64) BlockState {
   std::uint64_t state[kBlock];
   std::uint64_t step[kBlock];
@@ -65,6 +65,10 @@ struct alignas(64) BlockState {
   std::uint64_t first[kStraight];
   std::uint64_t straight_step[kStraight];
 };
+
+// This thread's BlockState (the engine is not reentrant on one thread: it
+// calls no user code).
+BlockState& thread_scratch();
 
 }  // namespace abf::simd::detail
 

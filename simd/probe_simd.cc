@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ namespace abf::HWY_NAMESPACE {
 void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_t count,
                 Answer* answers) {
   const auto constants = simd::ModConstants::of(view.bit_count);
-  simd::detail::BlockState block;
+  simd::detail::BlockState& block = simd::detail::thread_scratch();
   bool members = false;  // whether the last block was mostly members
   for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
     const std::size_t n = std::min(simd::detail::kBlock, count - begin);
@@ -34,7 +35,7 @@ void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_
 void InsertBatch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
                  const Digest* digests, std::size_t count) {
   const auto constants = simd::ModConstants::of(bit_count);
-  simd::detail::BlockState block;
+  simd::detail::BlockState& block = simd::detail::thread_scratch();
   for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
     const std::size_t n = std::min(simd::detail::kBlock, count - begin);
     InsertBlock(words, hash_count, constants, digests + begin, n, block);
@@ -71,6 +72,17 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace abf::simd::detail {
+
+BlockState& thread_scratch() {
+  // 80 KiB: on the heap, once per thread, rather than on a caller's stack
+  // of unknown size or in every thread's static TLS.
+  thread_local const std::unique_ptr<BlockState> scratch = std::make_unique<BlockState>();
+  return *scratch;
+}
+
+}  // namespace abf::simd::detail
+
 namespace abf::simd {
 
 HWY_EXPORT(QueryBatch);
