@@ -2,6 +2,7 @@
 // design's own checks: no false negatives, the modeled rate holds, capacity
 // and determinism.
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
@@ -141,6 +142,30 @@ TEST(Build, SameInputAndSpecGiveTheSameBytesInAnyOrderOnAnyBackend) {
     auto filter = build_filter(digests, spec, 7, backend);
     ASSERT_TRUE(filter.has_value());
     EXPECT_EQ(serialize_snapshot(*filter), expected) << to_string(backend);
+  }
+}
+
+TEST(Build, BuilderWithPrivateLanesEqualsTheScalarBuildForAnyThreadCount) {
+  // Chunks above the lane threshold (32 Ki digests), of uneven sizes, over
+  // several add() calls: lanes persist across calls and are ORed in finish().
+  const auto digests = test::random_digests(200'000, 31);
+  const BloomSpec spec{250'000, 0.01};
+  auto reference = build_filter(digests, spec, 3, Backend::kScalar);
+  ASSERT_TRUE(reference.has_value());
+  const auto expected = serialize_snapshot(*reference);
+  for (const int threads : {1, 2, 3, 4, 7}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      auto builder = FilterBuilder::create(spec, 3);
+      ASSERT_TRUE(builder.has_value());
+      std::size_t offset = 0;
+      for (const std::size_t size : {40'000u, 1u, 100'000u, 33'333u, 26'666u}) {
+        ASSERT_TRUE(builder->add(std::span(digests).subspan(offset, size), Backend::kSimd));
+        offset += size;
+      }
+      ASSERT_EQ(offset, digests.size());
+      EXPECT_EQ(serialize_snapshot(std::move(*builder).finish()), expected) << threads << " threads";
+    });
   }
 }
 

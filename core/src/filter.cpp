@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <tbb/task_arena.h>
+
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +22,14 @@ namespace {
 // Bitsets of 2 MiB and more are 2 MiB aligned and advised for transparent
 // huge pages: at `dram` sizes a random probe otherwise misses the TLB too.
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// Private lanes for a parallel build (FilterBuilder::insert_parallel): at most
+// this much memory beside the filter, and only for chunks this large. A
+// shared bitset costs 2.5-7x per probe whatever the merge (atomic OR, word
+// ranges; docs/parallel.md), so a thread filling its own bitset and one OR
+// at the end is the only way a 2-thread build beats one thread.
+constexpr std::size_t kLaneBudget = std::size_t{256} << 20;
+constexpr std::size_t kLaneMinBatch = std::size_t{32} << 10;
 
 std::string layout_problem(const FilterInfo& info) {
   const auto& layout = info.layout;
@@ -125,22 +136,59 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
       auto done = cuda_engine::insert_batch(words_.get(), m, k, digests.data(), digests.size());
       if (!done) {
         if (backend != Backend::kAuto) return done;
-        detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(),
-                                digests.size());
+        insert_parallel(digests);
       }
       break;
     }
     case Backend::kAuto:
     case Backend::kSimd:
-      detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(),
-                              digests.size());
+      insert_parallel(digests);
       break;
   }
   info_.inserted_item_count += digests.size();
   return {};
 }
 
+void FilterBuilder::insert_parallel(std::span<const Digest> digests) {
+  const auto m = info_.layout.bit_count;
+  const auto k = info_.layout.hash_count;
+  const auto threads = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  if (threads > 1 && digests.size() >= kLaneMinBatch) {
+    // One lane per thread, as many as the budget holds; the filter's own
+    // bitset is the first.
+    const std::size_t bytes = word_count_ * sizeof(std::uint64_t);
+    const std::size_t wanted = std::min(threads, 1 + kLaneBudget / bytes);
+    while (lanes_.size() + 1 < wanted) lanes_.push_back(allocate_words(word_count_));
+  }
+  if (lanes_.empty()) {
+    detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(),
+                            digests.size());
+    return;
+  }
+  // Contiguous parts, one per lane; each lane is written by one task only.
+  const std::size_t parts = lanes_.size() + 1;
+  const std::size_t per_part = (digests.size() + parts - 1) / parts;
+  detail::parallel_for_chunks(0, parts, 1, [&](std::size_t first, std::size_t last) {
+    for (std::size_t part = first; part < last; ++part) {
+      const std::size_t begin = std::min(digests.size(), part * per_part);
+      const std::size_t end = std::min(digests.size(), begin + per_part);
+      std::uint64_t* lane = part == 0 ? words_.get() : lanes_[part - 1].get();
+      simd::insert_batch(lane, m, k, digests.data() + begin, end - begin);
+    }
+  });
+}
+
 Filter FilterBuilder::finish() && {
+  if (!lanes_.empty()) {
+    std::uint64_t* words = words_.get();
+    detail::parallel_for_chunks(0, word_count_, 1 << 16, [&](std::size_t begin, std::size_t end) {
+      for (const auto& lane : lanes_) {
+        const std::uint64_t* other = lane.get();
+        for (std::size_t w = begin; w < end; ++w) words[w] |= other[w];
+      }
+    });
+    lanes_.clear();
+  }
   Filter filter(info_, std::move(words_), word_count_);
   word_count_ = 0;
   return filter;

@@ -214,18 +214,23 @@ struct AtomicFile::State {
     if (!committed && !temp_path.empty()) ::unlink(temp_path.c_str());
   }
 
-  Result<void> flush() {
+  Result<void> write_through(std::span<const std::uint8_t> bytes) {
     std::size_t done = 0;
-    while (done < pending.size()) {
-      const ssize_t wrote = ::write(fd, pending.data() + done, pending.size() - done);
+    while (done < bytes.size()) {
+      const ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
       if (wrote < 0) {
         if (errno == EINTR) continue;
         return fail(ErrorCode::kIo, display() + ": write error: " + errno_text());
       }
       done += static_cast<std::size_t>(wrote);
     }
-    pending.clear();
     return {};
+  }
+
+  Result<void> flush() {
+    auto wrote = write_through(pending);
+    pending.clear();
+    return wrote;
   }
 
   std::string display() const { return to_stdout ? "<stdout>" : final_path.string(); }
@@ -271,10 +276,7 @@ Result<void> AtomicFile::write(std::span<const std::uint8_t> bytes) {
   if (s.pending.size() + bytes.size() > kReadBuffer) {
     if (auto flushed = s.flush(); !flushed) return flushed;
   }
-  if (bytes.size() >= kReadBuffer) {
-    s.pending.assign(bytes.begin(), bytes.end());
-    return s.flush();
-  }
+  if (bytes.size() >= kReadBuffer) return s.write_through(bytes);  // no copy of large writes
   s.pending.insert(s.pending.end(), bytes.begin(), bytes.end());
   return {};
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "abf/backend.hpp"
 #include "abf/digest.hpp"
@@ -87,6 +88,11 @@ std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
 
 // Fills a filter in chunks, so input of any size streams through a bounded
 // buffer. Not thread-safe; `add` itself may use every core.
+//
+// With several threads and large chunks, the builder keeps up to 256 MiB of
+// private per-thread bitsets ("lanes") across `add` calls, each thread
+// filling its own at the engine's full speed, and ORs them into the filter
+// once in `finish`. OR is commutative, so the bytes never depend on it.
 class FilterBuilder {
  public:
   // Chooses the layout (section 3 errors) and allocates the bitset.
@@ -106,9 +112,13 @@ class FilterBuilder {
   FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words, std::size_t word_count)
       : info_(info), words_(std::move(words)), word_count_(word_count) {}
 
+  // Inserts with the SIMD engine over every core of the arena.
+  void insert_parallel(std::span<const Digest> digests);
+
   FilterInfo info_;
   std::shared_ptr<std::uint64_t> words_;
   std::size_t word_count_ = 0;
+  std::vector<std::shared_ptr<std::uint64_t>> lanes_;  // private bitsets beside words_
 };
 
 // Builds a filter from digests in memory: checks the spec, then capacity,
