@@ -2,8 +2,6 @@
 
 #include <sys/mman.h>
 
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -152,7 +150,7 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
 void FilterBuilder::insert_parallel(std::span<const Digest> digests) {
   const auto m = info_.layout.bit_count;
   const auto k = info_.layout.hash_count;
-  const auto threads = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  const std::size_t threads = detail::available_threads();
   if (threads > 1 && digests.size() >= kLaneMinBatch) {
     // One lane per thread, as many as the budget holds; the filter's own
     // bitset is the first.

@@ -113,7 +113,7 @@ void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* wor
   // One contiguous part per thread (fewer when shards of `grain` run out):
   // part 0 writes straight into `words`, every other part into a private
   // zeroed bitset. Memory is (parts - 1) x filter whatever the scheduling.
-  const auto threads = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  const auto threads = available_threads();
   const std::size_t parts =
       std::max<std::size_t>(1, std::min(threads, (count + grain - 1) / grain));
   const std::size_t per_part = (count + parts - 1) / parts;
@@ -168,7 +168,7 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
                        std::uint32_t hash_count, const Digest* digests, std::size_t count) {
   const probe::Reducer reducer(bit_count);
   // At least 4 ranges per thread, so owners balance.
-  const auto threads = static_cast<std::uint64_t>(tbb::this_task_arena::max_concurrency());
+  const auto threads = static_cast<std::uint64_t>(available_threads());
   unsigned shift = kRangeShiftMax;
   while (shift > kRangeShiftMin && (bit_count >> shift) < 4 * threads) --shift;
   const std::size_t ranges = static_cast<std::size_t>((bit_count + (1ull << shift) - 1) >> shift);
@@ -241,7 +241,7 @@ MergeStrategy choose_strategy(std::uint64_t bit_count, std::uint32_t hash_count,
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers) {
   const std::size_t grain = options.grain != 0 ? options.grain : kQueryGrain;
-  if (!options.force_split && (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
+  if (!options.force_split && (count <= grain || available_threads() == 1)) {
     engine(view, digests, count, answers);
     return;
   }
@@ -260,14 +260,14 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
                      std::size_t count) {
   const std::size_t grain = options.grain != 0 ? options.grain : kInsertGrain;
   if (count == 0) return;
-  if (!options.force_split && (count <= grain || tbb::this_task_arena::max_concurrency() == 1)) {
+  if (!options.force_split && (count <= grain || available_threads() == 1)) {
     engine(words, bit_count, hash_count, digests, count);
     return;
   }
   MergeStrategy strategy = options.strategy;
   if (strategy == MergeStrategy::kAuto) {
     strategy = choose_strategy(bit_count, hash_count, count,
-                               static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()));
+                               available_threads());
   }
   switch (strategy) {
     case MergeStrategy::kAuto:

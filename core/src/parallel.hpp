@@ -3,6 +3,7 @@
 #pragma once
 
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -86,6 +87,15 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers);
 
+// Threads a parallel loop here can use: the current arena's concurrency,
+// capped by tbb::global_control's max_allowed_parallelism (what `--threads`
+// sets), which max_concurrency() alone does not report.
+inline std::size_t available_threads() {
+  const auto arena = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  const auto allowed = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return std::max<std::size_t>(1, std::min(arena, allowed));
+}
+
 // tbb::parallel_for over [begin, end) in chunks of at least `grain` (>= 1)
 // digests or words; body(chunk_begin, chunk_end).
 //
@@ -102,7 +112,7 @@ void parallel_for_chunks(std::size_t begin, std::size_t end, std::size_t grain, 
 #if defined(__SANITIZE_THREAD__)
   const std::size_t chunks = (end - begin + grain - 1) / grain;
   const auto threads = std::min<std::size_t>(
-      chunks, static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()));
+      chunks, available_threads());
   std::atomic<std::size_t> next{0};
   const auto work = [&] {
     for (std::size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
