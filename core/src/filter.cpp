@@ -63,7 +63,12 @@ std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count) {
   void* memory = std::aligned_alloc(alignment, rounded);
   if (memory == nullptr) throw std::bad_alloc();
   if (alignment == kHugePage) madvise(memory, rounded, MADV_HUGEPAGE);  // advice; may be ignored
-  std::memset(memory, 0, rounded);
+  // Zeroed by every core: at DRAM sizes one thread's memset is a visible
+  // part of a parallel build (7 ms of a 70 ms 4 Mi-digest build at 114 MiB).
+  auto* bytes_out = static_cast<std::uint8_t*>(memory);
+  detail::parallel_for_chunks(0, rounded, std::size_t{4} << 20, [&](std::size_t begin, std::size_t end) {
+    std::memset(bytes_out + begin, 0, end - begin);
+  });
   return {static_cast<std::uint64_t*>(memory), [](std::uint64_t* p) { std::free(p); }};
 }
 
