@@ -223,7 +223,8 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
         const double build = arena.execute([&] {
           return seconds_of([&] {
             auto fresh = FilterBuilder::create(spec);
-            done = fresh ? fresh->add(present, backend) : Result<void>(std::unexpected(fresh.error()));
+            done =
+                fresh ? fresh->add(present, backend) : Result<void>(std::unexpected(fresh.error()));
             if (done) benchmark_sink(std::move(*fresh).finish());
           });
         });

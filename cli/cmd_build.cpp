@@ -103,8 +103,8 @@ int run_build(const BuildOptions& options) {
 
 Command add_build_command(CLI::App& root) {
   auto options = std::make_shared<BuildOptions>();
-  CLI::App* app = root.add_subcommand(
-      "build", "Build a filter from digests and save it as an ABF1 snapshot");
+  CLI::App* app =
+      root.add_subcommand("build", "Build a filter from digests and save it as an ABF1 snapshot");
   app->footer(
       "Input streams in chunks, so memory stays the filter plus a fixed buffer; more digests\n"
       "than --expected-items is an error (capacity_exceeded), never a silent overfill.\n"

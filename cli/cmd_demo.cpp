@@ -83,26 +83,29 @@ int run_demo(const DemoOptions& options) {
   if (auto saved = save_snapshot(*built, path); !saved) return report("demo", saved.error());
   auto filter = load_snapshot(path);
   if (!filter) return report("demo", filter.error());
-  std::printf("snapshot            %s, %s bytes, saved atomically and reloaded (checksums verified)%s\n",
-              path.c_str(), with_commas(std::filesystem::file_size(path)).c_str(),
-              temp_dir.empty() ? "" : "; removed at exit");
+  std::printf(
+      "snapshot            %s, %s bytes, saved atomically and reloaded (checksums verified)%s\n",
+      path.c_str(), with_commas(std::filesystem::file_size(path)).c_str(),
+      temp_dir.empty() ? "" : "; removed at exit");
   std::printf("fill ratio          %.4f\n", filter->fill_ratio());
 
   std::vector<Answer> answers(options.items);
   if (auto done = filter->query(members, answers); !done) return report("demo", done.error());
-  const auto false_negatives = static_cast<std::uint64_t>(
-      std::ranges::count(answers, Answer::kDefinitelyNot));
+  const auto false_negatives =
+      static_cast<std::uint64_t>(std::ranges::count(answers, Answer::kDefinitelyNot));
   if (auto done = filter->query(absent, answers); !done) return report("demo", done.error());
-  const auto false_positives = static_cast<std::uint64_t>(std::ranges::count(answers, Answer::kMaybe));
+  const auto false_positives =
+      static_cast<std::uint64_t>(std::ranges::count(answers, Answer::kMaybe));
 
   const double probes = static_cast<double>(absent.size());
   const double observed = static_cast<double>(false_positives) / probes;
   const double estimated = filter->estimate_false_positive_rate();
   const double sigma = std::sqrt(estimated * (1 - estimated) / probes);
-  std::printf("false positives     estimated %.6f (model), observed %.6f = %s of %s absent "
-              "queries\n                    (resolution %.0e per query, model +/- %.6f at one sigma)\n",
-              estimated, observed, with_commas(false_positives).c_str(),
-              with_commas(absent.size()).c_str(), 1.0 / probes, sigma);
+  std::printf(
+      "false positives     estimated %.6f (model), observed %.6f = %s of %s absent "
+      "queries\n                    (resolution %.0e per query, model +/- %.6f at one sigma)\n",
+      estimated, observed, with_commas(false_positives).c_str(), with_commas(absent.size()).c_str(),
+      1.0 / probes, sigma);
   std::printf("false negatives     %s of %s members (must be 0)\n",
               with_commas(false_negatives).c_str(), with_commas(members.size()).c_str());
 
@@ -115,17 +118,16 @@ int run_demo(const DemoOptions& options) {
     if (!absent_time || !present_time) {
       return report("demo", absent_time ? present_time.error() : absent_time.error());
     }
-    const std::string name = backend == Backend::kSimd
-                                 ? "simd (" + simd_target_name() + ")"
-                                 : std::string(to_string(backend));
+    const std::string name = backend == Backend::kSimd ? "simd (" + simd_target_name() + ")"
+                                                       : std::string(to_string(backend));
     std::printf("  %-8s %-18s %-18s  %s\n", std::string(to_string(backend)).c_str(),
                 si_rate(probes / *absent_time).c_str(),
                 si_rate(static_cast<double>(members.size()) / *present_time).c_str(), name.c_str());
   }
   if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
   if (false_negatives != 0) {
-    return report("demo", Error{ErrorCode::kInvalidArgument,
-                                "false negatives found: the filter is broken"});
+    return report(
+        "demo", Error{ErrorCode::kInvalidArgument, "false negatives found: the filter is broken"});
   }
   if (options.skip_dedup) return kExitOk;
   std::cout << '\n';
@@ -135,8 +137,8 @@ int run_demo(const DemoOptions& options) {
 
 Command add_demo_command(CLI::App& root) {
   auto options = std::make_shared<DemoOptions>();
-  CLI::App* app = root.add_subcommand(
-      "demo", "Run the whole job on generated data and print what it measured");
+  CLI::App* app =
+      root.add_subcommand("demo", "Run the whole job on generated data and print what it measured");
   app->footer(
       "1,000,000 member digests, a filter for n = 1,000,000, p = 0.001 saved as an ABF1\n"
       "snapshot and reloaded, then 1,000,000 absent and 1,000,000 present queries: layout,\n"

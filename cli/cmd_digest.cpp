@@ -31,10 +31,11 @@ int run_digest(const DigestOptions& options) {
 
 Command add_digest_command(CLI::App& root) {
   auto options = std::make_shared<DigestOptions>();
-  CLI::App* app = root.add_subcommand(
-      "digest", "Print the SHA-256 of files, in sha256sum's format");
-  app->footer("Output lines `<hex>  <name>` feed straight into build and query.\n"
-              "Example: abf digest blobs/* > catalog.txt");
+  CLI::App* app =
+      root.add_subcommand("digest", "Print the SHA-256 of files, in sha256sum's format");
+  app->footer(
+      "Output lines `<hex>  <name>` feed straight into build and query.\n"
+      "Example: abf digest blobs/* > catalog.txt");
   app->add_option("files", options->files, "Files to hash (- for standard input)")->required();
   return {app, [options] { return run_digest(*options); }};
 }

@@ -81,8 +81,9 @@ Command add_inspect_command(CLI::App& root) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* app = root.add_subcommand(
       "inspect", "Validate a snapshot and print its header, fill ratio and estimated fpp");
-  app->footer("Every rule of the ABF1 format is checked, both checksums included.\n"
-              "Example: abf inspect catalog.abf --json");
+  app->footer(
+      "Every rule of the ABF1 format is checked, both checksums included.\n"
+      "Example: abf inspect catalog.abf --json");
   app->add_option("snapshot", options->snapshot, "ABF1 snapshot")->required();
   app->add_flag("--json", options->json, "One JSON object instead of text");
   return {app, [options] { return run_inspect(*options); }};

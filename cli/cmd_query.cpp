@@ -86,8 +86,8 @@ int run_query(const QueryOptions& options) {
 
 Command add_query_command(CLI::App& root) {
   auto options = std::make_shared<QueryOptions>();
-  CLI::App* app = root.add_subcommand(
-      "query", "Answer absent or maybe for each digest, in input order");
+  CLI::App* app =
+      root.add_subcommand("query", "Answer absent or maybe for each digest, in input order");
   app->footer(
       "Output: one line per input digest, <lowercase hex><TAB><absent|maybe>.\n"
       "`absent` is a proof the digest is not in the snapshot's catalog version: skip the store.\n"

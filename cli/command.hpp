@@ -36,4 +36,4 @@ struct CommandRegistrar {
 }  // namespace abf::cli
 
 #define ABF_REGISTER_COMMAND(order, factory) \
-  static const ::abf::cli::CommandRegistrar abf_registrar_##factory{order, &factory}
+  static const ::abf::cli::CommandRegistrar abf_registrar_##factory { order, &factory }

@@ -26,8 +26,8 @@ unsigned hardware_threads() {
 }
 
 void add_threads_option(CLI::App& app, unsigned& threads) {
-  app.add_option("--threads", threads, "Worker threads (default: all " +
-                                           std::to_string(hardware_threads()) + " cores)")
+  app.add_option("--threads", threads,
+                 "Worker threads (default: all " + std::to_string(hardware_threads()) + " cores)")
       ->check(CLI::Range(1u, 4096u));
 }
 
@@ -35,8 +35,8 @@ unsigned apply_threads(unsigned threads) {
   // One process-wide limit, kept alive until exit.
   static std::unique_ptr<tbb::global_control> control;
   if (threads == 0) threads = hardware_threads();
-  control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
-                                                  threads);
+  control =
+      std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);
   return threads;
 }
 

@@ -67,12 +67,12 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, BuildsQueriesAndInspectsRealFiles) {
   write("members.txt", hex_lines(1000, 1));
   const CliRun build = abf("build --expected-items 2000 --fpp 0.01 --catalog-version 9 --input " +
-                        path("members.txt").string() + " --output " + path("c.abf").string());
+                           path("members.txt").string() + " --output " + path("c.abf").string());
   ASSERT_EQ(build.status, 0) << build.err;
 
   // Members always come back `maybe`, in input order.
   const CliRun query = abf("query --snapshot " + path("c.abf").string() + " --input " +
-                        path("members.txt").string());
+                           path("members.txt").string());
   ASSERT_EQ(query.status, 0) << query.err;
   std::string expected;
   for (const auto& d : test::random_digests(1000, 1)) expected += d.hex() + "\tmaybe\n";
@@ -90,15 +90,15 @@ TEST_F(CliTest, BuildsQueriesAndInspectsRealFiles) {
     library_answers += d.hex() + (filter->might_contain(d) ? "\tmaybe\n" : "\tabsent\n");
   }
   for (const std::string backend : {"scalar", "simd", "auto"}) {
-    const CliRun answers = abf("query -s " + path("c.abf").string() + " --backend " + backend +
-                            " --input " + path("absent.txt").string() + " --output " +
-                            path("answers.tsv").string());
+    const CliRun answers =
+        abf("query -s " + path("c.abf").string() + " --backend " + backend + " --input " +
+            path("absent.txt").string() + " --output " + path("answers.tsv").string());
     ASSERT_EQ(answers.status, 0) << answers.err;
     EXPECT_EQ(test::read_file(path("answers.tsv")), library_answers) << backend;
   }
 
   const CliRun summary = abf("query -s " + path("c.abf").string() + " --summary --input " +
-                          path("members.txt").string());
+                             path("members.txt").string());
   EXPECT_EQ(summary.out, "total\t1000\nabsent\t0\nmaybe\t1000\n");
 
   const CliRun inspect = abf("inspect " + path("c.abf").string());
@@ -122,8 +122,8 @@ TEST_F(CliTest, DigestOutputFeedsBuildAndQuery) {
                 path("s.abf").string())
                 .status,
             0);
-  const CliRun query = abf("query -s " + path("s.abf").string() + " --summary --input " +
-                        path("sums.txt").string());
+  const CliRun query =
+      abf("query -s " + path("s.abf").string() + " --summary --input " + path("sums.txt").string());
   EXPECT_EQ(query.out, "total\t2\nabsent\t0\nmaybe\t2\n");
 }
 
@@ -151,7 +151,8 @@ TEST_F(CliTest, EmptyInputBuildsAnEmptyFilterAndQueriesToNothing) {
                 path("e.abf").string())
                 .status,
             0);
-  const CliRun query = abf("query -s " + path("e.abf").string() + " --input " + path("empty.txt").string());
+  const CliRun query =
+      abf("query -s " + path("e.abf").string() + " --input " + path("empty.txt").string());
   EXPECT_EQ(query.status, 0);
   EXPECT_EQ(query.out, "");
 }
@@ -182,13 +183,13 @@ TEST_F(CliTest, BadInputFailsClearlyAndWritesNothing) {
     SCOPED_TRACE(c.name);
     write("input", c.content);
     const CliRun run = abf("build " + c.arguments + " -f " + c.format + " --input " +
-                        path("input").string() + " --output " + path("new.abf").string());
+                           path("input").string() + " --output " + path("new.abf").string());
     expect_failure(run, c.code);
     EXPECT_FALSE(fs::exists(path("new.abf")));
     // An existing output file stays as it was.
     write("old.abf", "previous contents");
     const CliRun again = abf("build " + c.arguments + " -f " + c.format + " --input " +
-                          path("input").string() + " --output " + path("old.abf").string());
+                             path("input").string() + " --output " + path("old.abf").string());
     EXPECT_NE(again.status, 0);
     EXPECT_EQ(test::read_file(path("old.abf")), "previous contents");
   }
@@ -215,8 +216,9 @@ TEST_F(CliTest, MalformedQueryDigestIsAnErrorNeverAbsent) {
             0);
   write("candidates.txt", hex_lines(5, 4) + "xyz\n");
   write("answers.tsv", "old answers");
-  const CliRun run = abf("query -s " + path("c.abf").string() + " --input " +
-                      path("candidates.txt").string() + " --output " + path("answers.tsv").string());
+  const CliRun run =
+      abf("query -s " + path("c.abf").string() + " --input " + path("candidates.txt").string() +
+          " --output " + path("answers.tsv").string());
   expect_failure(run, "invalid_digest");
   EXPECT_NE(run.err.find("line 6"), std::string::npos) << run.err;
   EXPECT_EQ(test::read_file(path("answers.tsv")), "old answers");

@@ -164,7 +164,8 @@ TEST(Build, BuilderWithPrivateLanesEqualsTheScalarBuildForAnyThreadCount) {
         offset += size;
       }
       ASSERT_EQ(offset, digests.size());
-      EXPECT_EQ(serialize_snapshot(std::move(*builder).finish()), expected) << threads << " threads";
+      EXPECT_EQ(serialize_snapshot(std::move(*builder).finish()), expected)
+          << threads << " threads";
     });
   }
 }

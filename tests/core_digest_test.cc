@@ -21,9 +21,9 @@ std::string upper(std::string text) {
 
 TEST(Digest, ParsesEveryAcceptedLineForm) {
   const Digest expected = test::digest_from_hex(kHex);
-  for (const std::string& line :
-       std::initializer_list<std::string>{kHex, upper(kHex), "sha256:" + kHex, "  " + kHex + "\t", kHex + "\r", kHex + "  some file.tar",
-        kHex + " *binary-mode name", "sha256:" + upper(kHex) + "\r"}) {
+  for (const std::string& line : std::initializer_list<std::string>{
+           kHex, upper(kHex), "sha256:" + kHex, "  " + kHex + "\t", kHex + "\r",
+           kHex + "  some file.tar", kHex + " *binary-mode name", "sha256:" + upper(kHex) + "\r"}) {
     const auto parsed = parse_digest_line(line, 1);
     ASSERT_TRUE(parsed.has_value()) << line << ": " << parsed.error().describe();
     EXPECT_EQ(*parsed, expected) << line;
@@ -32,9 +32,10 @@ TEST(Digest, ParsesEveryAcceptedLineForm) {
 }
 
 TEST(Digest, RejectsWrongLengthNonHexAndOtherAlgorithmsWithTheLine) {
-  for (const std::string& line :
-       std::initializer_list<std::string>{kHex.substr(1), kHex + "0", "g" + kHex.substr(1), "sha512:" + kHex, "md5:" + kHex, "sha256:",
-        kHex + " one-space-name", "hello world", kHex.substr(0, 32) + " " + kHex.substr(32)}) {
+  for (const std::string& line : std::initializer_list<std::string>{
+           kHex.substr(1), kHex + "0", "g" + kHex.substr(1), "sha512:" + kHex, "md5:" + kHex,
+           "sha256:", kHex + " one-space-name", "hello world",
+           kHex.substr(0, 32) + " " + kHex.substr(32)}) {
     const auto parsed = parse_digest_line(line, 17);
     ASSERT_FALSE(parsed.has_value()) << line;
     EXPECT_EQ(parsed.error().code, ErrorCode::kInvalidDigest);
@@ -48,7 +49,8 @@ TEST(Digest, Sha256MatchesTheStandardTestVector) {
 }
 
 TEST(DigestReader, ReadsHexSkippingBlankLinesAcrossChunks) {
-  std::string text = "\n" + kHex + "\n\n  \nsha256:" + kHex + "\r\n" + kHex + "  name";  // no final newline
+  std::string text =
+      "\n" + kHex + "\n\n  \nsha256:" + kHex + "\r\n" + kHex + "  name";  // no final newline
   auto reader = DigestReader::from_memory(text, InputFormat::kHex);
   std::vector<Digest> out(2);
   EXPECT_EQ(reader.read(out).value(), 2u);
@@ -62,7 +64,8 @@ TEST(DigestReader, ReportsTheLineOfAMalformedDigest) {
   const auto all = reader.read_all();
   ASSERT_FALSE(all.has_value());
   EXPECT_EQ(all.error().code, ErrorCode::kInvalidDigest);
-  EXPECT_NE(all.error().message.find("input.txt: line 3"), std::string::npos) << all.error().message;
+  EXPECT_NE(all.error().message.find("input.txt: line 3"), std::string::npos)
+      << all.error().message;
 }
 
 TEST(DigestReader, RejectsBinaryInputThatIsNotWholeRecords) {

@@ -68,8 +68,7 @@ TEST(Layout, RejectsRatesOutsideTheOpenUnitInterval) {
 }
 
 TEST(Layout, RejectsFiltersAboveTwoToThirtyBits) {
-  EXPECT_EQ(choose_layout({std::uint64_t{1} << 30, 1e-9}).error().code,
-            ErrorCode::kFilterTooLarge);
+  EXPECT_EQ(choose_layout({std::uint64_t{1} << 30, 1e-9}).error().code, ErrorCode::kFilterTooLarge);
 }
 
 TEST(Layout, ModeledRateOfChosenLayoutMeetsTarget) {

@@ -60,9 +60,22 @@ TEST(Probe, AdvanceIsExactModularAddition) {
 
 std::vector<std::uint64_t> adversarial_words(std::uint64_t m) {
   const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-  std::vector<std::uint64_t> words = {0, 1, 2, m - 1, m, m + 1, 2 * m, 2 * m - 1,
-                                      1ull << 63, (1ull << 63) - 1, (1ull << 63) + 1, max, max - 1,
-                                      max / m * m, max / m * m - 1, (max / m) * m + (m - 1)};
+  std::vector<std::uint64_t> words = {0,
+                                      1,
+                                      2,
+                                      m - 1,
+                                      m,
+                                      m + 1,
+                                      2 * m,
+                                      2 * m - 1,
+                                      1ull << 63,
+                                      (1ull << 63) - 1,
+                                      (1ull << 63) + 1,
+                                      max,
+                                      max - 1,
+                                      max / m * m,
+                                      max / m * m - 1,
+                                      (max / m) * m + (m - 1)};
   for (const Digest& digest : test::random_digests(500, m * 7 + 3)) {
     words.push_back(probe::h1_of(digest.bytes.data()));
   }
@@ -70,8 +83,20 @@ std::vector<std::uint64_t> adversarial_words(std::uint64_t m) {
 }
 
 std::vector<std::uint64_t> divisors() {
-  std::vector<std::uint64_t> ms = {1, 2, 3, 63, 64, 128, 192, 64 * 3 * 5 * 7, 64 * 1001, 9'600,
-                                   14'377'664, (1ull << 30) - 64, (1ull << 30), (1ull << 32) - 1};
+  std::vector<std::uint64_t> ms = {1,
+                                   2,
+                                   3,
+                                   63,
+                                   64,
+                                   128,
+                                   192,
+                                   64 * 3 * 5 * 7,
+                                   64 * 1001,
+                                   9'600,
+                                   14'377'664,
+                                   (1ull << 30) - 64,
+                                   (1ull << 30),
+                                   (1ull << 32) - 1};
   for (const Digest& digest : test::random_digests(50, 99)) {
     ms.push_back((probe::h1_of(digest.bytes.data()) % (1ull << 24) + 1) * 64);
   }

@@ -41,14 +41,16 @@ void put(std::vector<std::uint8_t>& bytes, std::size_t offset, T value) {
 }
 
 fs::path temp_file(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("abf-snapshot-test-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("abf-snapshot-test-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir / name;
 }
 
 void write_file(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 TEST(Snapshot, GoldenFileLoadsAndAnswersAsItsBuild) {
@@ -73,7 +75,8 @@ TEST(Snapshot, GoldenFileLoadsAndAnswersAsItsBuild) {
 }
 
 TEST(Snapshot, OurBuildSerializesToTheGoldenBytes) {
-  auto filter = build_filter(test::member_digests(1000), {1000, test::parse_hex_float(golden_row()[2])}, 42);
+  auto filter =
+      build_filter(test::member_digests(1000), {1000, test::parse_hex_float(golden_row()[2])}, 42);
   ASSERT_TRUE(filter.has_value());
   EXPECT_EQ(serialize_snapshot(*filter), golden_bytes());
 }
@@ -125,40 +128,88 @@ struct Corruption {
 };
 
 const Corruption kCorruptions[] = {
-    {"header shorter than 128 bytes", [](auto& b) { b.resize(100); }, ErrorCode::kSnapshotTruncated},
+    {"header shorter than 128 bytes", [](auto& b) { b.resize(100); },
+     ErrorCode::kSnapshotTruncated},
     {"empty file", [](auto& b) { b.clear(); }, ErrorCode::kSnapshotTruncated},
     {"wrong magic", [](auto& b) { b[0] = 'X'; }, ErrorCode::kSnapshotBadMagic},
-    {"format version 2", [](auto& b) { put<std::uint32_t>(b, 4, 2); reseal_header(b); },
+    {"format version 2",
+     [](auto& b) {
+       put<std::uint32_t>(b, 4, 2);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotUnsupportedFormat},
     {"header byte flipped", [](auto& b) { b[20] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
     {"header checksum flipped", [](auto& b) { b[72] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
-    {"hash protocol 2", [](auto& b) { put<std::uint32_t>(b, 8, 2); reseal_header(b); },
+    {"hash protocol 2",
+     [](auto& b) {
+       put<std::uint32_t>(b, 8, 2);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotUnsupportedHashProtocol},
-    {"hash count 0", [](auto& b) { put<std::uint32_t>(b, 12, 0); reseal_header(b); },
+    {"hash count 0",
+     [](auto& b) {
+       put<std::uint32_t>(b, 12, 0);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadHashCount},
-    {"hash count 33", [](auto& b) { put<std::uint32_t>(b, 12, 33); reseal_header(b); },
+    {"hash count 33",
+     [](auto& b) {
+       put<std::uint32_t>(b, 12, 33);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadHashCount},
     {"bit count not a multiple of 64",
-     [](auto& b) { put<std::uint64_t>(b, 24, 9601); reseal_header(b); }, ErrorCode::kSnapshotBadBitCount},
-    {"bit count above 2^30",
-     [](auto& b) { put<std::uint64_t>(b, 24, (1ull << 30) + 64); reseal_header(b); },
+     [](auto& b) {
+       put<std::uint64_t>(b, 24, 9601);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadBitCount},
-    {"expected items 0", [](auto& b) { put<std::uint64_t>(b, 32, 0); reseal_header(b); },
+    {"bit count above 2^30",
+     [](auto& b) {
+       put<std::uint64_t>(b, 24, (1ull << 30) + 64);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotBadBitCount},
+    {"expected items 0",
+     [](auto& b) {
+       put<std::uint64_t>(b, 32, 0);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadExpectedItemCount},
-    {"inserted above expected", [](auto& b) { put<std::uint64_t>(b, 40, 1001); reseal_header(b); },
+    {"inserted above expected",
+     [](auto& b) {
+       put<std::uint64_t>(b, 40, 1001);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadInsertedItemCount},
-    {"target fpp 1.0", [](auto& b) { put<double>(b, 48, 1.0); reseal_header(b); },
+    {"target fpp 1.0",
+     [](auto& b) {
+       put<double>(b, 48, 1.0);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadTargetFpp},
     {"target fpp NaN",
-     [](auto& b) { put<double>(b, 48, std::numeric_limits<double>::quiet_NaN()); reseal_header(b); },
+     [](auto& b) {
+       put<double>(b, 48, std::numeric_limits<double>::quiet_NaN());
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadTargetFpp},
-    {"payload length off by 8", [](auto& b) { put<std::uint64_t>(b, 56, 1208); reseal_header(b); },
+    {"payload length off by 8",
+     [](auto& b) {
+       put<std::uint64_t>(b, 56, 1208);
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotBadPayloadLength},
     {"reserved byte set", [](auto& b) { b[127] = 1; }, ErrorCode::kSnapshotReservedNotZero},
     {"payload truncated", [](auto& b) { b.pop_back(); }, ErrorCode::kSnapshotPayloadTruncated},
     {"payload extended", [](auto& b) { b.push_back(0); }, ErrorCode::kSnapshotTrailingBytes},
-    {"payload bit flipped", [](auto& b) { b[128 + 500] ^= 0x10; }, ErrorCode::kSnapshotPayloadChecksum},
-    {"payload checksum flipped", [](auto& b) { b[64] ^= 1; reseal_header(b); },
+    {"payload bit flipped", [](auto& b) { b[128 + 500] ^= 0x10; },
+     ErrorCode::kSnapshotPayloadChecksum},
+    {"payload checksum flipped",
+     [](auto& b) {
+       b[64] ^= 1;
+       reseal_header(b);
+     },
      ErrorCode::kSnapshotPayloadChecksum},
 };
 

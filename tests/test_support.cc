@@ -80,7 +80,8 @@ std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed) {
   for (auto& digest : digests) {
     for (std::size_t i = 0; i < Digest::kSize; i += 8) {
       const std::uint64_t word = next();
-      for (std::size_t b = 0; b < 8; ++b) digest.bytes[i + b] = static_cast<std::uint8_t>(word >> (8 * b));
+      for (std::size_t b = 0; b < 8; ++b)
+        digest.bytes[i + b] = static_cast<std::uint8_t>(word >> (8 * b));
     }
   }
   return digests;

@@ -15,10 +15,14 @@ constexpr std::size_t kCudaMinBatch = std::size_t{1} << 20;
 
 std::string_view to_string(Backend backend) noexcept {
   switch (backend) {
-    case Backend::kAuto: return "auto";
-    case Backend::kScalar: return "scalar";
-    case Backend::kSimd: return "simd";
-    case Backend::kCuda: return "cuda";
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kScalar:
+      return "scalar";
+    case Backend::kSimd:
+      return "simd";
+    case Backend::kCuda:
+      return "cuda";
   }
   return "unknown";
 }
@@ -50,8 +54,10 @@ bool backend_available(Backend backend) {
   switch (backend) {
     case Backend::kAuto:
     case Backend::kScalar:
-    case Backend::kSimd: return true;
-    case Backend::kCuda: return cuda_engine::device_present();
+    case Backend::kSimd:
+      return true;
+    case Backend::kCuda:
+      return cuda_engine::device_present();
   }
   return false;
 }

@@ -93,9 +93,9 @@ Result<Digest> parse_hex_digest(std::string_view hex) {
   if (invalid & 0x80) {
     std::size_t column = 0;
     while (kHexValue[static_cast<unsigned char>(hex[column])] != 0xff) ++column;
-    return fail(ErrorCode::kInvalidDigest, "non-hex character at column " +
-                                               std::to_string(column + 1) + " ('" + excerpt(hex) +
-                                               "')");
+    return fail(
+        ErrorCode::kInvalidDigest,
+        "non-hex character at column " + std::to_string(column + 1) + " ('" + excerpt(hex) + "')");
   }
   return digest;
 }
@@ -108,8 +108,8 @@ Result<Digest> parse_digest_line(std::string_view line, std::uint64_t line_numbe
   // (binary mode), then the name. The name may contain anything.
   if (const auto space = text.find_first_of(" \t"); space != std::string_view::npos) {
     const std::string_view rest = text.substr(space);
-    const bool sha256sum_form = space == Digest::kSize * 2 && rest.size() >= 3 &&
-                                rest[0] == ' ' && (rest[1] == ' ' || rest[1] == '*');
+    const bool sha256sum_form = space == Digest::kSize * 2 && rest.size() >= 3 && rest[0] == ' ' &&
+                                (rest[1] == ' ' || rest[1] == '*');
     if (!sha256sum_form) {
       return fail(ErrorCode::kInvalidDigest,
                   "line " + std::to_string(line_number) +

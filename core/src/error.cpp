@@ -4,32 +4,58 @@ namespace abf {
 
 std::string_view to_string(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::kInvalidExpectedItemCount: return "invalid_expected_item_count";
-    case ErrorCode::kInvalidFalsePositiveRate: return "invalid_false_positive_rate";
-    case ErrorCode::kFilterTooLarge: return "filter_too_large";
-    case ErrorCode::kCapacityExceeded: return "capacity_exceeded";
-    case ErrorCode::kInvalidDigest: return "invalid_digest";
-    case ErrorCode::kSnapshotTruncated: return "snapshot_truncated";
-    case ErrorCode::kSnapshotBadMagic: return "snapshot_bad_magic";
-    case ErrorCode::kSnapshotUnsupportedFormat: return "snapshot_unsupported_format";
-    case ErrorCode::kSnapshotHeaderChecksum: return "snapshot_header_checksum";
-    case ErrorCode::kSnapshotUnsupportedHashProtocol: return "snapshot_unsupported_hash_protocol";
-    case ErrorCode::kSnapshotBadHashCount: return "snapshot_bad_hash_count";
-    case ErrorCode::kSnapshotBadBitCount: return "snapshot_bad_bit_count";
-    case ErrorCode::kSnapshotBadExpectedItemCount: return "snapshot_bad_expected_item_count";
-    case ErrorCode::kSnapshotBadInsertedItemCount: return "snapshot_bad_inserted_item_count";
-    case ErrorCode::kSnapshotBadTargetFpp: return "snapshot_bad_target_fpp";
-    case ErrorCode::kSnapshotBadPayloadLength: return "snapshot_bad_payload_length";
-    case ErrorCode::kSnapshotReservedNotZero: return "snapshot_reserved_not_zero";
-    case ErrorCode::kSnapshotPayloadTruncated: return "snapshot_payload_truncated";
-    case ErrorCode::kSnapshotTrailingBytes: return "snapshot_trailing_bytes";
-    case ErrorCode::kSnapshotPayloadChecksum: return "snapshot_payload_checksum";
-    case ErrorCode::kIncompatibleFilters: return "incompatible_filters";
-    case ErrorCode::kIo: return "io_error";
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kBackendUnavailable: return "backend_unavailable";
-    case ErrorCode::kCuda: return "cuda_error";
-    case ErrorCode::kCatalog: return "catalog_error";
+    case ErrorCode::kInvalidExpectedItemCount:
+      return "invalid_expected_item_count";
+    case ErrorCode::kInvalidFalsePositiveRate:
+      return "invalid_false_positive_rate";
+    case ErrorCode::kFilterTooLarge:
+      return "filter_too_large";
+    case ErrorCode::kCapacityExceeded:
+      return "capacity_exceeded";
+    case ErrorCode::kInvalidDigest:
+      return "invalid_digest";
+    case ErrorCode::kSnapshotTruncated:
+      return "snapshot_truncated";
+    case ErrorCode::kSnapshotBadMagic:
+      return "snapshot_bad_magic";
+    case ErrorCode::kSnapshotUnsupportedFormat:
+      return "snapshot_unsupported_format";
+    case ErrorCode::kSnapshotHeaderChecksum:
+      return "snapshot_header_checksum";
+    case ErrorCode::kSnapshotUnsupportedHashProtocol:
+      return "snapshot_unsupported_hash_protocol";
+    case ErrorCode::kSnapshotBadHashCount:
+      return "snapshot_bad_hash_count";
+    case ErrorCode::kSnapshotBadBitCount:
+      return "snapshot_bad_bit_count";
+    case ErrorCode::kSnapshotBadExpectedItemCount:
+      return "snapshot_bad_expected_item_count";
+    case ErrorCode::kSnapshotBadInsertedItemCount:
+      return "snapshot_bad_inserted_item_count";
+    case ErrorCode::kSnapshotBadTargetFpp:
+      return "snapshot_bad_target_fpp";
+    case ErrorCode::kSnapshotBadPayloadLength:
+      return "snapshot_bad_payload_length";
+    case ErrorCode::kSnapshotReservedNotZero:
+      return "snapshot_reserved_not_zero";
+    case ErrorCode::kSnapshotPayloadTruncated:
+      return "snapshot_payload_truncated";
+    case ErrorCode::kSnapshotTrailingBytes:
+      return "snapshot_trailing_bytes";
+    case ErrorCode::kSnapshotPayloadChecksum:
+      return "snapshot_payload_checksum";
+    case ErrorCode::kIncompatibleFilters:
+      return "incompatible_filters";
+    case ErrorCode::kIo:
+      return "io_error";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kBackendUnavailable:
+      return "backend_unavailable";
+    case ErrorCode::kCuda:
+      return "cuda_error";
+    case ErrorCode::kCatalog:
+      return "catalog_error";
   }
   return "unknown_error";
 }

@@ -36,8 +36,7 @@ std::string layout_problem(const FilterInfo& info) {
   }
   if (layout.bit_count < probe::kMinBitCount || layout.bit_count > probe::kMaxBitCount ||
       layout.bit_count % 64 != 0) {
-    return "bit count " + std::to_string(layout.bit_count) +
-           " is not a multiple of 64 in 64..2^30";
+    return "bit count " + std::to_string(layout.bit_count) + " is not a multiple of 64 in 64..2^30";
   }
   if (info.spec.expected_item_count < 1 ||
       info.spec.expected_item_count > probe::kMaxExpectedItemCount) {
@@ -66,21 +65,22 @@ std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count) {
   // Zeroed by every core: at DRAM sizes one thread's memset is a visible
   // part of a parallel build (7 ms of a 70 ms 4 Mi-digest build at 114 MiB).
   auto* bytes_out = static_cast<std::uint8_t*>(memory);
-  detail::parallel_for_chunks(0, rounded, std::size_t{4} << 20, [&](std::size_t begin, std::size_t end) {
-    std::memset(bytes_out + begin, 0, end - begin);
-  });
+  detail::parallel_for_chunks(
+      0, rounded, std::size_t{4} << 20,
+      [&](std::size_t begin, std::size_t end) { std::memset(bytes_out + begin, 0, end - begin); });
   return {static_cast<std::uint64_t*>(memory), [](std::uint64_t* p) { std::free(p); }};
 }
 
-Result<Filter> Filter::from_words(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words,
+Result<Filter> Filter::from_words(const FilterInfo& info,
+                                  std::shared_ptr<const std::uint64_t> words,
                                   std::size_t word_count) {
   if (auto problem = layout_problem(info); !problem.empty()) {
     return fail(ErrorCode::kInvalidArgument, problem);
   }
   if (word_count != info.layout.bit_count / 64 || words == nullptr) {
-    return fail(ErrorCode::kInvalidArgument,
-                "bitset has " + std::to_string(word_count) + " words, the layout needs " +
-                    std::to_string(info.layout.bit_count / 64));
+    return fail(ErrorCode::kInvalidArgument, "bitset has " + std::to_string(word_count) +
+                                                 " words, the layout needs " +
+                                                 std::to_string(info.layout.bit_count / 64));
   }
   return Filter(info, std::move(words), word_count);
 }
@@ -164,8 +164,7 @@ void FilterBuilder::insert_parallel(std::span<const Digest> digests) {
     while (lanes_.size() + 1 < wanted) lanes_.push_back(allocate_words(word_count_));
   }
   if (lanes_.empty()) {
-    detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(),
-                            digests.size());
+    detail::parallel_insert(simd::insert_batch, words_.get(), m, k, digests.data(), digests.size());
     return;
   }
   // Contiguous parts, one per lane; each lane is written by one task only.

@@ -87,8 +87,8 @@ struct DigestReader::State {
       if (eof) {
         if (end != begin) {
           return fail(ErrorCode::kInvalidDigest,
-                      name + ": byte offset " + std::to_string(consumed) + ": the input ends with " +
-                          std::to_string(end - begin) +
+                      name + ": byte offset " + std::to_string(consumed) +
+                          ": the input ends with " + std::to_string(end - begin) +
                           " stray bytes; binary input is 32-byte records (size " +
                           std::to_string(consumed + (end - begin)) + " is not a multiple of 32)");
         }
@@ -178,8 +178,7 @@ DigestReader DigestReader::from_memory(std::string_view bytes, InputFormat forma
 }
 
 Result<std::size_t> DigestReader::read(std::span<Digest> out) {
-  return state_->format == InputFormat::kBinary ? state_->read_binary(out)
-                                                : state_->read_hex(out);
+  return state_->format == InputFormat::kBinary ? state_->read_binary(out) : state_->read_hex(out);
 }
 
 Result<std::vector<Digest>> DigestReader::read_all() {
@@ -301,8 +300,8 @@ Result<void> AtomicFile::commit() {
   }
   s.fd = -1;
   if (::rename(s.temp_path.c_str(), s.final_path.c_str()) != 0) {
-    return fail(ErrorCode::kIo, s.display() + ": cannot rename the finished file into place: " +
-                                    errno_text());
+    return fail(ErrorCode::kIo,
+                s.display() + ": cannot rename the finished file into place: " + errno_text());
   }
   s.committed = true;
   return {};

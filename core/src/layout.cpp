@@ -22,8 +22,8 @@ std::uint64_t align_up_64(std::uint64_t bits) { return (bits + 63) / 64 * 64; }
 
 double modeled_false_positive_rate(const Layout& layout, std::uint64_t items) noexcept {
   const double k = layout.hash_count;
-  return std::pow(-std::expm1(-k * static_cast<double>(items) / static_cast<double>(layout.bit_count)),
-                  k);
+  return std::pow(
+      -std::expm1(-k * static_cast<double>(items) / static_cast<double>(layout.bit_count)), k);
 }
 
 Result<Layout> choose_layout(const BloomSpec& spec) {
@@ -52,7 +52,8 @@ Result<Layout> choose_layout(const BloomSpec& spec) {
     const double kd = k;
     const double required = kd * nd / (-std::log1p(-std::pow(p, 1.0 / kd)));
     if (!std::isfinite(required) || required > kMaxBits) continue;
-    std::uint64_t m = align_up_64(std::max<std::uint64_t>(64, static_cast<std::uint64_t>(std::ceil(required))));
+    std::uint64_t m =
+        align_up_64(std::max<std::uint64_t>(64, static_cast<std::uint64_t>(std::ceil(required))));
     if (m > probe::kMaxBitCount) continue;
     double modeled = modeled_false_positive_rate({m, k}, n);
     if (!std::isfinite(modeled) || modeled > p) {
@@ -64,8 +65,9 @@ Result<Layout> choose_layout(const BloomSpec& spec) {
     if (!best || m < best->bit_count) best = Layout{m, k};  // k ascends: ties keep the smaller k
   }
   if (!best) {
-    return fail(ErrorCode::kFilterTooLarge, "no layout with at most 2^30 bits and 32 probes reaches p = " +
-                                                std::to_string(p) + " for n = " + std::to_string(n));
+    return fail(ErrorCode::kFilterTooLarge,
+                "no layout with at most 2^30 bits and 32 probes reaches p = " + std::to_string(p) +
+                    " for n = " + std::to_string(n));
   }
   return *best;
 }

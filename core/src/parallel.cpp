@@ -266,8 +266,7 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint6
   }
   MergeStrategy strategy = options.strategy;
   if (strategy == MergeStrategy::kAuto) {
-    strategy = choose_strategy(bit_count, hash_count, count,
-                               available_threads());
+    strategy = choose_strategy(bit_count, hash_count, count, available_threads());
   }
   switch (strategy) {
     case MergeStrategy::kAuto:

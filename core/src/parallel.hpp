@@ -92,7 +92,8 @@ void parallel_query(const ParallelOptions& options, QueryFn engine, const probe:
 // sets), which max_concurrency() alone does not report.
 inline std::size_t available_threads() {
   const auto arena = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
-  const auto allowed = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  const auto allowed =
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
   return std::max<std::size_t>(1, std::min(arena, allowed));
 }
 
@@ -111,8 +112,7 @@ void parallel_for_chunks(std::size_t begin, std::size_t end, std::size_t grain, 
   if (begin >= end) return;
 #if defined(__SANITIZE_THREAD__)
   const std::size_t chunks = (end - begin + grain - 1) / grain;
-  const auto threads = std::min<std::size_t>(
-      chunks, available_threads());
+  const auto threads = std::min<std::size_t>(chunks, available_threads());
   std::atomic<std::size_t> next{0};
   const auto work = [&] {
     for (std::size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {

@@ -10,9 +10,9 @@ namespace abf {
 Result<void> Filter::query(std::span<const Digest> digests, std::span<Answer> answers,
                            Backend backend) const {
   if (answers.size() < digests.size()) {
-    return fail(ErrorCode::kInvalidArgument,
-                "answer buffer holds " + std::to_string(answers.size()) + " entries for " +
-                    std::to_string(digests.size()) + " digests");
+    return fail(ErrorCode::kInvalidArgument, "answer buffer holds " +
+                                                 std::to_string(answers.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
   }
   auto resolved = resolve_backend(backend, digests.size());
   if (!resolved) return std::unexpected(resolved.error());
@@ -32,8 +32,7 @@ Result<void> Filter::query(std::span<const Digest> digests, std::span<Answer> an
     case Backend::kSimd:
       break;
   }
-  detail::parallel_query(simd::query_batch, view(), digests.data(), digests.size(),
-                         answers.data());
+  detail::parallel_query(simd::query_batch, view(), digests.data(), digests.size(), answers.data());
   return {};
 }
 

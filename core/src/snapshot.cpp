@@ -59,9 +59,9 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
     return fail(code, where + ": " + what);
   };
   if (file_size < kSnapshotHeaderSize) {
-    return error(ErrorCode::kSnapshotTruncated,
-                 "file is " + std::to_string(file_size) +
-                     " bytes, shorter than the 128-byte ABF1 header");
+    return error(
+        ErrorCode::kSnapshotTruncated,
+        "file is " + std::to_string(file_size) + " bytes, shorter than the 128-byte ABF1 header");
   }
   if (std::memcmp(bytes, kMagic, 4) != 0) {
     return error(ErrorCode::kSnapshotBadMagic, "not an ABF1 snapshot (bad magic)");
@@ -101,14 +101,13 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
   }
   if (h.bit_count < probe::kMinBitCount || h.bit_count > probe::kMaxBitCount ||
       h.bit_count % 64 != 0) {
-    return error(ErrorCode::kSnapshotBadBitCount,
-                 "bit count " + std::to_string(h.bit_count) +
-                     " is not a multiple of 64 in 64..2^30");
+    return error(ErrorCode::kSnapshotBadBitCount, "bit count " + std::to_string(h.bit_count) +
+                                                      " is not a multiple of 64 in 64..2^30");
   }
   if (h.expected_item_count < 1 || h.expected_item_count > probe::kMaxExpectedItemCount) {
-    return error(ErrorCode::kSnapshotBadExpectedItemCount,
-                 "expected item count " + std::to_string(h.expected_item_count) +
-                     " is outside 1..2^30");
+    return error(
+        ErrorCode::kSnapshotBadExpectedItemCount,
+        "expected item count " + std::to_string(h.expected_item_count) + " is outside 1..2^30");
   }
   if (h.inserted_item_count > h.expected_item_count) {
     return error(ErrorCode::kSnapshotBadInsertedItemCount,
@@ -116,14 +115,14 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
                      " exceeds the expected item count " + std::to_string(h.expected_item_count));
   }
   if (!(h.target_fpp > 0.0 && h.target_fpp < 1.0)) {
-    return error(ErrorCode::kSnapshotBadTargetFpp,
-                 "target false-positive rate " + std::to_string(h.target_fpp) +
-                     " is not in (0, 1)");
+    return error(
+        ErrorCode::kSnapshotBadTargetFpp,
+        "target false-positive rate " + std::to_string(h.target_fpp) + " is not in (0, 1)");
   }
   if (h.payload_length != h.bit_count / 8) {
     return error(ErrorCode::kSnapshotBadPayloadLength,
-                 "payload length " + std::to_string(h.payload_length) + " is not bit count / 8 = " +
-                     std::to_string(h.bit_count / 8));
+                 "payload length " + std::to_string(h.payload_length) +
+                     " is not bit count / 8 = " + std::to_string(h.bit_count / 8));
   }
   for (std::size_t i = kReservedOffset; i < kSnapshotHeaderSize; ++i) {
     if (bytes[i] != 0) {
@@ -133,9 +132,9 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
   }
   const std::uint64_t expected_size = kSnapshotHeaderSize + h.payload_length;
   if (file_size < expected_size) {
-    return error(ErrorCode::kSnapshotPayloadTruncated,
-                 "file is " + std::to_string(file_size) + " bytes, the header promises " +
-                     std::to_string(expected_size));
+    return error(ErrorCode::kSnapshotPayloadTruncated, "file is " + std::to_string(file_size) +
+                                                           " bytes, the header promises " +
+                                                           std::to_string(expected_size));
   }
   if (file_size > expected_size) {
     return error(ErrorCode::kSnapshotTrailingBytes,
@@ -156,8 +155,8 @@ Result<void> check_payload(const SnapshotHeader& h, const std::uint8_t* payload,
 }
 
 FilterInfo info_of(const SnapshotHeader& h) {
-  return FilterInfo{BloomSpec{h.expected_item_count, h.target_fpp}, Layout{h.bit_count, h.hash_count},
-                    h.inserted_item_count, h.catalog_version};
+  return FilterInfo{BloomSpec{h.expected_item_count, h.target_fpp},
+                    Layout{h.bit_count, h.hash_count}, h.inserted_item_count, h.catalog_version};
 }
 
 class Fd {
@@ -234,7 +233,8 @@ Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes) {
   auto header = validate_header(bytes.data(), bytes.size(), "snapshot");
   if (!header) return std::unexpected(header.error());
   const std::uint8_t* payload = bytes.data() + kSnapshotHeaderSize;
-  if (auto ok = check_payload(*header, payload, "snapshot"); !ok) return std::unexpected(ok.error());
+  if (auto ok = check_payload(*header, payload, "snapshot"); !ok)
+    return std::unexpected(ok.error());
   const std::size_t word_count = header->bit_count / 64;
   auto words = allocate_words(word_count);
   std::memcpy(words.get(), payload, header->payload_length);
@@ -253,7 +253,8 @@ Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
   const auto file_size = static_cast<std::uint64_t>(info.st_size);
 
   std::uint8_t header_bytes[kSnapshotHeaderSize] = {};
-  const std::size_t header_read = static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kSnapshotHeaderSize));
+  const std::size_t header_read =
+      static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kSnapshotHeaderSize));
   if (auto ok = read_exact(fd.get(), header_bytes, header_read, 0, where); !ok) {
     return std::unexpected(ok.error());
   }

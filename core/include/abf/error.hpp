@@ -21,10 +21,10 @@ enum class ErrorCode : std::uint8_t {
   // Digests (section 2): wrong length, non-hex, other prefix, partial record.
   kInvalidDigest,
   // Snapshot loading (section 7): one code per rule, in the order checked.
-  kSnapshotTruncated,          // shorter than the 128-byte header
-  kSnapshotBadMagic,           // bytes 0..4 are not "ABF1"
-  kSnapshotUnsupportedFormat,  // formatVersion != 1
-  kSnapshotHeaderChecksum,     // headerChecksum does not match bytes 0..72
+  kSnapshotTruncated,                // shorter than the 128-byte header
+  kSnapshotBadMagic,                 // bytes 0..4 are not "ABF1"
+  kSnapshotUnsupportedFormat,        // formatVersion != 1
+  kSnapshotHeaderChecksum,           // headerChecksum does not match bytes 0..72
   kSnapshotUnsupportedHashProtocol,  // hashProtocolVersion != 1
   kSnapshotBadHashCount,             // hashCount outside 1..32
   kSnapshotBadBitCount,              // bitCount not a multiple of 64 in 64..2^30

@@ -33,11 +33,11 @@ struct FilterInfo {
 // is cheap and any number of threads may query one filter at once.
 class Filter {
  public:
-
   // Wraps a finished bitset. Checks that the info is self-consistent
   // (layout within limits, inserted <= expected) and that `words` holds
   // bit_count / 64 words; kInvalidArgument otherwise.
-  static Result<Filter> from_words(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words,
+  static Result<Filter> from_words(const FilterInfo& info,
+                                   std::shared_ptr<const std::uint64_t> words,
                                    std::size_t word_count);
 
   // The reference answer for one digest (scalar, plain `%`).
@@ -109,7 +109,8 @@ class FilterBuilder {
   Filter finish() &&;
 
  private:
-  FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words, std::size_t word_count)
+  FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words,
+                std::size_t word_count)
       : info_(info), words_(std::move(words)), word_count_(word_count) {}
 
   // Inserts with the SIMD engine over every core of the arena.

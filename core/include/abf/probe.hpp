@@ -100,7 +100,7 @@ struct Reducer {
     const std::uint64_t low_lo = c_lo * x;
     const std::uint64_t low_hi = mul_hi64(c_lo, x) + c_hi * x;
     // (low * m) >> 128, m < 2^32
-    const std::uint64_t mid = low_hi * m;          // low 64 bits of low_hi * m
+    const std::uint64_t mid = low_hi * m;  // low 64 bits of low_hi * m
     const std::uint64_t carry_in = mul_hi64(low_lo, m);
     const std::uint64_t carry = (mid + carry_in < mid) ? 1 : 0;
     return mul_hi64(low_hi, m) + carry;
