@@ -38,7 +38,8 @@ void InsertBatch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t ha
   simd::detail::BlockState& block = simd::detail::thread_scratch();
   for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
     const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-    InsertBlock(words, hash_count, constants, digests + begin, n, block);
+    const std::size_t next = std::min(simd::detail::kBlock, count - begin - n);
+    InsertBlock(words, hash_count, constants, digests + begin, n, digests + begin + n, next, block);
   }
 }
 
