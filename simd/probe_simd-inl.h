@@ -391,10 +391,11 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
   for (std::size_t t = 0; t < active; ++t) answers[state[t] >> 32] = Answer::kMaybe;
 }
 
-// Sets the k bits of count <= kBlock digests, kStraight digests at a time:
-// vectors expand all their positions, large filters prefetch every line
-// (for writing), then a tight loop ORs the bits in, so k * kStraight stores
-// overlap their misses instead of waiting for them one digest at a time.
+// Sets the k bits of count <= kBlock digests, insert_batch_size() digests at
+// a time: vectors expand all their positions, large filters prefetch every
+// line of the next batch (for writing) and the next block's digests, then a
+// tight loop ORs the bits in, so k x batch stores overlap their misses
+// instead of waiting for them one digest at a time.
 HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t hash_count,
                             const simd::ModConstants& constants, const Digest* digests,
                             std::size_t count, const Digest* next_digests, std::size_t next_count,
@@ -413,18 +414,19 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
   const std::size_t batch = simd::detail::insert_batch_size(m);
   const auto prepare = [&](std::size_t base, int buffer, bool burst) ABF_INLINE_LAMBDA {
     const std::size_t n = std::min(batch, count - base);
-    ExpandPositions(first + base, step + base, n, hash_count, m, block.positions[buffer],
-                    nullptr, batch);
+    ExpandPositions(first + base, step + base, n, hash_count, m, block.positions[buffer], nullptr,
+                    batch);
     if (prefetch && burst) {
       const std::uint64_t* HWY_RESTRICT positions = block.positions[buffer];
       for (std::size_t p = 0; p < hash_count * batch; p += batch) {
-        for (std::size_t i = 0; i < n; ++i) simd::detail::PrefetchForWrite(words + (positions[p + i] >> 6));
+        for (std::size_t i = 0; i < n; ++i) {
+          simd::detail::PrefetchForWrite(words + (positions[p + i] >> 6));
+        }
       }
     }
   };
-  const auto set = [words](std::uint64_t position) ABF_INLINE_LAMBDA {
-    words[position >> 6] |= probe::mask_of(position);
-  };
+  const auto set = [words](std::uint64_t position)
+                       ABF_INLINE_LAMBDA { words[position >> 6] |= probe::mask_of(position); };
   // As in FinishStraight: large filters prefetch the lines of the next
   // batch between the stores of this one.
   if (count != 0) prepare(0, 0, prefetch);
@@ -432,8 +434,7 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
     const bool has_next = base + batch < count;
     if (has_next) prepare(base + batch, static_cast<int>(buffer ^ 1), false);
     const std::size_t n = std::min(batch, count - base);
-    const std::size_t n_next =
-        has_next && prefetch ? std::min(batch, count - base - batch) : 0;
+    const std::size_t n_next = has_next && prefetch ? std::min(batch, count - base - batch) : 0;
     const std::uint64_t* HWY_RESTRICT positions = block.positions[buffer];
     const std::uint64_t* HWY_RESTRICT next = block.positions[buffer ^ 1];
     if (prefetch && base < next_count) {
@@ -452,7 +453,9 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
       continue;
     }
     for (std::size_t p = 0; p < hash_count * batch; p += batch) {
-      for (std::size_t i = 0; i < n_next; ++i) simd::detail::PrefetchForWrite(words + (next[p + i] >> 6));
+      for (std::size_t i = 0; i < n_next; ++i) {
+        simd::detail::PrefetchForWrite(words + (next[p + i] >> 6));
+      }
       for (std::size_t i = 0; i < n; ++i) set(positions[p + i]);
     }
   }
