@@ -116,15 +116,12 @@ Result<DedupReport> run_job(const std::string& input, bool use_filter) {
   auto reader = DigestReader::from_memory(input, InputFormat::kBinary);
   std::string text;
   return bulk_dedup(service, reader, [&](std::span<const Digest> absent) -> Result<void> {
-    static constexpr char kHex[] = "0123456789abcdef";
     text.resize(absent.size() * 65);
     char* out = text.data();
     for (const Digest& digest : absent) {
-      for (std::uint8_t byte : digest.bytes) {
-        *out++ = kHex[byte >> 4];
-        *out++ = kHex[byte & 15];
-      }
-      *out++ = '\n';
+      write_hex(digest, out);
+      out[64] = '\n';
+      out += 65;
     }
     benchmark::DoNotOptimize(text.data());
     return {};

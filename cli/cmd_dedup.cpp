@@ -41,12 +41,8 @@ struct DedupOptions {
 };
 
 void append_hex_line(std::string& out, const Digest& digest) {
-  static constexpr char kHex[] = "0123456789abcdef";
   char line[65];
-  for (std::size_t i = 0; i < Digest::kSize; ++i) {
-    line[2 * i] = kHex[digest.bytes[i] >> 4];
-    line[2 * i + 1] = kHex[digest.bytes[i] & 15];
-  }
+  write_hex(digest, line);
   line[64] = '\n';
   out.append(line, sizeof line);
 }

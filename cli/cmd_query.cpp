@@ -23,12 +23,8 @@ struct QueryOptions {
 constexpr std::size_t kChunk = 256 * 1024;
 
 void append_line(std::string& out, const Digest& digest, Answer answer) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  char line[64 + 8];
-  for (std::size_t i = 0; i < Digest::kSize; ++i) {
-    line[2 * i] = kHex[digest.bytes[i] >> 4];
-    line[2 * i + 1] = kHex[digest.bytes[i] & 15];
-  }
+  char line[64];
+  write_hex(digest, line);
   out.append(line, 64);
   out.append(answer == Answer::kMaybe ? "\tmaybe\n" : "\tabsent\n");
 }

@@ -31,6 +31,10 @@ struct Digest {
 static_assert(sizeof(Digest) == Digest::kSize);
 static_assert(std::is_trivially_copyable_v<Digest>);
 
+// Writes the 64 lowercase hex digits of `digest` to out[0..64) (no
+// terminator). The fast path for output of millions of digests.
+void write_hex(const Digest& digest, char* out) noexcept;
+
 // Parses exactly 64 hex digits (either case), nothing else.
 Result<Digest> parse_hex_digest(std::string_view hex);
 
