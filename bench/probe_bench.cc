@@ -23,43 +23,22 @@
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
 #include "engines.hpp"
+#include "workload.hpp"
 
 namespace {
 
 using abf::Answer;
 using abf::Digest;
 
-struct Scenario {
-  const char* name;
-  std::uint64_t n;
-};
-constexpr Scenario kScenarios[] = {{"l2", 100'000}, {"llc", 10'000'000}, {"dram", 100'000'000}};
-constexpr double kTargetFpp = 0.01;
-// Digests per query batch and per timed build: enough to leave the caches
-// behind at llc/dram, small enough to keep the input at 128 MiB.
-constexpr std::uint64_t kBatch = std::uint64_t{1} << 22;
+using abf::workload::kAbsentSeed;
+using abf::workload::kBatch;
+using abf::workload::kMemberSeed;
+using abf::workload::kScenarios;
+using abf::workload::kTargetFpp;
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Digest i of stream `seed`: uniformly random, computable in any order, so
-// members can be regenerated without storing all 100M of them.
 void fill_digests(std::uint64_t seed, std::uint64_t first, std::size_t count, Digest* out) {
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uint64_t base = (seed << 40) ^ ((first + i) * 4);
-    for (std::size_t w = 0; w < 4; ++w) {
-      const std::uint64_t word = splitmix64(base + w);
-      std::memcpy(out[i].bytes.data() + 8 * w, &word, 8);
-    }
-  }
+  for (std::size_t i = 0; i < count; ++i) out[i] = abf::workload::digest_at(seed, first + i);
 }
-
-constexpr std::uint64_t kMemberSeed = 1;
-constexpr std::uint64_t kAbsentSeed = 2;
 
 // A filled filter per scenario, built once with the SIMD engine.
 struct Fixture {
@@ -165,7 +144,7 @@ void BM_RandomLoad(benchmark::State& state) {
   const auto layout = *abf::choose_layout({kScenarios[scenario].n, kTargetFpp});
   const std::size_t word_count = layout.bit_count / 64;
   auto words = abf::allocate_words(word_count);
-  for (std::size_t i = 0; i < word_count; ++i) words.get()[i] = splitmix64(i);
+  for (std::size_t i = 0; i < word_count; ++i) words.get()[i] = abf::workload::splitmix64(i);
   const std::uint64_t* base = words.get();
   constexpr std::uint64_t kLoads = 4 * kBatch;
   for (auto _ : state) {

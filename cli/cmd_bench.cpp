@@ -21,6 +21,7 @@
 #include "abf/abf.hpp"
 #include "command.hpp"
 #include "common.hpp"
+#include "workload.hpp"
 
 namespace abf::cli {
 namespace {
@@ -33,36 +34,18 @@ struct BenchOptions {
   bool json = false;
 };
 
-struct Scenario {
-  const char* name;
-  std::uint64_t n;
-};
-constexpr Scenario kScenarios[] = {{"l2", 100'000}, {"llc", 10'000'000}, {"dram", 100'000'000}};
-constexpr double kTargetFpp = 0.01;
-// Digests per timed query batch and per timed build (at most n): 128 MiB of
-// input, enough to leave every cache behind at llc and dram.
-constexpr std::uint64_t kBatch = std::uint64_t{1} << 22;
+using workload::kAbsentSeed;
+using workload::kBatch;
+using workload::kMemberSeed;
+using workload::kScenarios;
+using workload::kTargetFpp;
+using workload::Scenario;
 constexpr std::size_t kChunk = std::size_t{1} << 20;
-constexpr std::uint64_t kMemberSeed = 1;
-constexpr std::uint64_t kAbsentSeed = 2;
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Digest i of stream `seed`: uniformly random and computable in any order,
-// so a 100M-member build never holds its input in memory.
 void fill_digests(std::uint64_t seed, std::uint64_t first, std::span<Digest> out) {
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, out.size(), 4096), [&](const auto& range) {
     for (std::size_t i = range.begin(); i != range.end(); ++i) {
-      const std::uint64_t base = (seed << 40) ^ ((first + i) * 4);
-      for (std::size_t w = 0; w < 4; ++w) {
-        const std::uint64_t word = splitmix64(base + w);
-        std::memcpy(out[i].bytes.data() + 8 * w, &word, 8);
-      }
+      out[i] = workload::digest_at(seed, first + i);
     }
   });
 }
@@ -121,7 +104,8 @@ class RandomLoads {
     std::uint64_t* words = buffer_.get();
     tbb::parallel_for(tbb::blocked_range<std::uint64_t>(0, word_count, 1 << 16),
                       [&](const auto& r) {
-                        for (auto i = r.begin(); i != r.end(); ++i) words[i] = splitmix64(i);
+                        for (auto i = r.begin(); i != r.end(); ++i)
+                          words[i] = workload::splitmix64(i);
                       });
   }
 
