@@ -102,6 +102,45 @@ TEST_F(ServiceCliTest, CatalogCommandsKeepVersions) {
   EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
 }
 
+TEST_F(ServiceCliTest, BuildFromCatalogEqualsABuildOfTheDigestsAtThatVersion) {
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  const auto members = test::member_digests(1000);
+  write_hex("first.txt", std::vector<Digest>(members.begin(), members.begin() + 600));
+  write_hex("second.txt", std::vector<Digest>(members.begin() + 600, members.end()));
+  ASSERT_EQ(abf("catalog add --db c.db --input first.txt").status, 0);   // version 1
+  ASSERT_EQ(abf("catalog add --db c.db --input second.txt").status, 0);  // version 2
+
+  // The latest version by default, the named one otherwise; the header
+  // carries the version. Each equals a plain build of that version's digests.
+  write_hex("all.txt", members);
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 2 --input all.txt -o want2.abf").status,
+            0);
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 1 --input first.txt -o want1.abf").status,
+            0);
+  const CliRun latest = abf("build --from-catalog c.db -n 1000 -p 0.01 -o got2.abf");
+  ASSERT_EQ(latest.status, 0) << latest.err;
+  const CliRun first =
+      abf("build --from-catalog c.db --catalog-version 1 -n 1000 -p 0.01 -o got1.abf");
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_EQ(test::read_file(path("got2.abf")), test::read_file(path("want2.abf")));
+  EXPECT_EQ(test::read_file(path("got1.abf")), test::read_file(path("want1.abf")));
+
+  // Too small a capacity, a version the catalog does not have, a missing
+  // database: clear errors, no output.
+  const CliRun small = abf("build --from-catalog c.db -n 999 -p 0.01 -o small.abf");
+  EXPECT_NE(small.status, 0);
+  EXPECT_NE(small.err.find("capacity_exceeded"), std::string::npos) << small.err;
+  const CliRun future =
+      abf("build --from-catalog c.db --catalog-version 9 -n 1000 -p 0.01 -o f.abf");
+  EXPECT_NE(future.status, 0);
+  const CliRun missing = abf("build --from-catalog nope.db -n 1000 -p 0.01 -o m.abf");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.err.find("catalog_error"), std::string::npos) << missing.err;
+  for (const char* name : {"small.abf", "f.abf", "m.abf"}) EXPECT_FALSE(fs::exists(path(name)));
+  // --input and --from-catalog exclude each other.
+  EXPECT_EQ(abf("build --from-catalog c.db --input all.txt -n 1000 -p 0.01 -o x.abf").status, 2);
+}
+
 TEST_F(ServiceCliTest, DedupPrintsExactlyTheDigestsNotInTheCatalog) {
   ASSERT_EQ(abf("catalog init --db c.db").status, 0);
   const auto members = test::member_digests(2000);
