@@ -15,11 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status;
-  std::string out;
-  std::string err;
-};
+using test::CliRun;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -38,14 +34,7 @@ class CliTest : public ::testing::Test {
     std::ofstream(path(name), std::ios::binary) << content;
   }
 
-  CliRun abf(const std::string& arguments) const {
-    const std::string command = std::string(ABF_CLI) + " " + arguments + " >" +
-                                path("stdout").string() + " 2>" + path("stderr").string() +
-                                " </dev/null";
-    const int raw = std::system(command.c_str());
-    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_file(path("stdout")),
-            test::read_file(path("stderr"))};
-  }
+  CliRun abf(const std::string& arguments) const { return test::run_cli(dir_, arguments); }
 
   // Digest lines for `count` members.
   static std::string hex_lines(std::uint64_t count, std::uint64_t seed) {

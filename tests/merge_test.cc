@@ -226,12 +226,9 @@ class MergeCommand : public ::testing::Test {
 
   // Runs `abf <arguments>`; returns the exit status, stderr in `errors`.
   int abf(const std::string& arguments, std::string* errors = nullptr) {
-    const auto err = dir_ / "stderr.txt";
-    const std::string command = std::string(ABF_CLI) + " " + arguments + " > " +
-                                (dir_ / "stdout.txt").string() + " 2> " + err.string();
-    const int status = std::system(command.c_str());
-    if (errors != nullptr) *errors = test::read_file(err);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const test::CliRun run = test::run_cli(dir_, arguments);
+    if (errors != nullptr) *errors = run.err;
+    return run.status;
   }
 
   fs::path dir_;

@@ -23,11 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using test::CliRun;
 
 class ServiceCliTest : public ::testing::Test {
  protected:
@@ -43,16 +39,7 @@ class ServiceCliTest : public ::testing::Test {
   fs::path path(const std::string& name) const { return dir_ / name; }
 
   // Runs `abf <args>` in the test directory.
-  CliRun abf(const std::string& args) {
-    const std::string command = "cd '" + dir_.string() + "' && '" + std::string(ABF_CLI) + "' " +
-                                args + " > stdout.txt 2> stderr.txt";
-    const int raw = std::system(command.c_str());
-    CliRun run;
-    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    run.out = test::read_file(path("stdout.txt"));
-    run.err = test::read_file(path("stderr.txt"));
-    return run;
-  }
+  CliRun abf(const std::string& args) { return test::run_cli(dir_, args); }
 
   void write_hex(const std::string& name, const std::vector<Digest>& digests) {
     std::ofstream out(path(name));

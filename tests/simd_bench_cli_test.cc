@@ -17,21 +17,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using test::CliRun;
 
 CliRun run_abf(const std::string& arguments) {
   const fs::path dir = fs::temp_directory_path() / ("abf-bench-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string command = std::string(ABF_CLI) + " " + arguments + " >" +
-                              (dir / "stdout").string() + " 2>" + (dir / "stderr").string() +
-                              " </dev/null";
-  const int raw = std::system(command.c_str());
-  CliRun run{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_file(dir / "stdout"),
-             test::read_file(dir / "stderr")};
+  const CliRun run = test::run_cli(dir, arguments);
   fs::remove_all(dir);
   return run;
 }

@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <charconv>
 #include <cstdlib>
@@ -94,6 +95,19 @@ Digest digest_with_words(std::uint64_t h1, std::uint64_t h2) {
     digest.bytes[8 + b] = static_cast<std::uint8_t>(h2 >> (56 - 8 * b));
   }
   return digest;
+}
+
+CliRun run_cli(const std::filesystem::path& directory, const std::string& arguments) {
+  const auto out = directory / ".abf-stdout";
+  const auto err = directory / ".abf-stderr";
+  const std::string command = "cd '" + directory.string() + "' && '" + std::string(ABF_CLI) + "' " +
+                              arguments + " >'" + out.string() + "' 2>'" + err.string() +
+                              "' </dev/null";
+  const int raw = std::system(command.c_str());
+  CliRun run{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_file(out), read_file(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return run;
 }
 
 std::string read_file(const std::filesystem::path& path) {

@@ -37,6 +37,18 @@ std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed);
 // A digest whose first two big-endian words are h1 and h2.
 Digest digest_with_words(std::uint64_t h1, std::uint64_t h2);
 
+// What a run of the `abf` binary did.
+struct CliRun {
+  int status = -1;  // exit status; -1 if it did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Runs `abf <arguments>` (the binary at ABF_CLI) through /bin/sh with the
+// working directory `directory`, standard input from /dev/null; stdout and
+// stderr pass through files in `directory`. Arguments are shell words.
+CliRun run_cli(const std::filesystem::path& directory, const std::string& arguments);
+
 // Whole file contents (empty if missing).
 std::string read_file(const std::filesystem::path& path);
 
