@@ -10,8 +10,17 @@
 
 namespace abf::test {
 
+namespace {
+// The build's paths, unless the environment names others (a test binary
+// carried to another machine, scripts/gpu-bundle).
+std::string from_env(const char* name, const char* built_in) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : built_in;
+}
+}  // namespace
+
 std::filesystem::path data_path(std::string_view relative) {
-  return std::filesystem::path(ABF_TEST_DATA) / relative;
+  return std::filesystem::path(from_env("ABF_TEST_DATA", ABF_TEST_DATA)) / relative;
 }
 
 std::vector<std::vector<std::string>> read_tsv(std::string_view relative) {
@@ -100,9 +109,9 @@ Digest digest_with_words(std::uint64_t h1, std::uint64_t h2) {
 CliRun run_cli(const std::filesystem::path& directory, const std::string& arguments) {
   const auto out = directory / ".abf-stdout";
   const auto err = directory / ".abf-stderr";
-  const std::string command = "cd '" + directory.string() + "' && '" + std::string(ABF_CLI) + "' " +
-                              arguments + " >'" + out.string() + "' 2>'" + err.string() +
-                              "' </dev/null";
+  const std::string command = "cd '" + directory.string() + "' && '" +
+                              from_env("ABF_CLI", ABF_CLI) + "' " + arguments + " >'" +
+                              out.string() + "' 2>'" + err.string() + "' </dev/null";
   const int raw = std::system(command.c_str());
   CliRun run{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_file(out), read_file(err)};
   std::filesystem::remove(out);

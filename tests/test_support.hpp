@@ -11,7 +11,9 @@
 
 namespace abf::test {
 
-// A file under tests/data, e.g. data_path("vectors/layout.tsv").
+// A file under tests/data, e.g. data_path("vectors/layout.tsv"). The
+// environment variable ABF_TEST_DATA, when set, replaces the built-in folder
+// (and ABF_CLI the path of the abf binary), for test binaries run elsewhere.
 std::filesystem::path data_path(std::string_view relative);
 
 // The rows of a tab-separated file, '#' comment lines skipped.
