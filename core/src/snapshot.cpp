@@ -51,6 +51,23 @@ std::string hex64(std::uint64_t value) {
   return text;
 }
 
+// The header fields at their offsets (section 7), unchecked.
+SnapshotHeader decode_fields(const std::uint8_t* bytes) {
+  SnapshotHeader h;
+  h.format_version = load_le<std::uint32_t>(bytes + 4);
+  h.hash_protocol_version = load_le<std::uint32_t>(bytes + 8);
+  h.hash_count = load_le<std::uint32_t>(bytes + 12);
+  h.catalog_version = load_le<std::uint64_t>(bytes + 16);
+  h.bit_count = load_le<std::uint64_t>(bytes + 24);
+  h.expected_item_count = load_le<std::uint64_t>(bytes + 32);
+  h.inserted_item_count = load_le<std::uint64_t>(bytes + 40);
+  h.target_fpp = load_le<double>(bytes + 48);
+  h.payload_length = load_le<std::uint64_t>(bytes + 56);
+  h.payload_checksum = load_le<std::uint64_t>(bytes + 64);
+  h.header_checksum = load_le<std::uint64_t>(bytes + 72);
+  return h;
+}
+
 // Checks the 128 header bytes against every rule, in order. `file_size` is
 // the whole snapshot's length.
 Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t file_size,
@@ -66,18 +83,7 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
   if (std::memcmp(bytes, kMagic, 4) != 0) {
     return error(ErrorCode::kSnapshotBadMagic, "not an ABF1 snapshot (bad magic)");
   }
-  SnapshotHeader h;
-  h.format_version = load_le<std::uint32_t>(bytes + 4);
-  h.hash_protocol_version = load_le<std::uint32_t>(bytes + 8);
-  h.hash_count = load_le<std::uint32_t>(bytes + 12);
-  h.catalog_version = load_le<std::uint64_t>(bytes + 16);
-  h.bit_count = load_le<std::uint64_t>(bytes + 24);
-  h.expected_item_count = load_le<std::uint64_t>(bytes + 32);
-  h.inserted_item_count = load_le<std::uint64_t>(bytes + 40);
-  h.target_fpp = load_le<double>(bytes + 48);
-  h.payload_length = load_le<std::uint64_t>(bytes + 56);
-  h.payload_checksum = load_le<std::uint64_t>(bytes + 64);
-  h.header_checksum = load_le<std::uint64_t>(bytes + 72);
+  const SnapshotHeader h = decode_fields(bytes);
 
   if (h.format_version != kSnapshotFormatVersion) {
     return error(ErrorCode::kSnapshotUnsupportedFormat,
@@ -299,20 +305,7 @@ Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
 }
 
 SnapshotHeader snapshot_header(const Filter& filter) {
-  const auto bytes = encode_snapshot_header(filter);
-  SnapshotHeader h;
-  h.format_version = kSnapshotFormatVersion;
-  h.hash_protocol_version = probe::kHashProtocolVersion;
-  h.hash_count = filter.hash_count();
-  h.catalog_version = filter.catalog_version();
-  h.bit_count = filter.bit_count();
-  h.expected_item_count = filter.expected_item_count();
-  h.inserted_item_count = filter.inserted_item_count();
-  h.target_fpp = filter.target_fpp();
-  h.payload_length = filter.bit_count() / 8;
-  h.payload_checksum = load_le<std::uint64_t>(bytes.data() + 64);
-  h.header_checksum = load_le<std::uint64_t>(bytes.data() + 72);
-  return h;
+  return decode_fields(encode_snapshot_header(filter).data());
 }
 
 Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {

@@ -375,15 +375,18 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   return SqliteCatalog(std::move(state));
 }
 
+namespace {
+// Digests in memory as binary records, so the span forms share the readers'.
+DigestReader reader_of(std::span<const Digest> digests) {
+  return DigestReader::from_memory(
+      std::string_view(reinterpret_cast<const char*>(digests.data()), digests.size_bytes()),
+      InputFormat::kBinary, "<digests>");
+}
+}  // namespace
+
 Result<CatalogChange> SqliteCatalog::add(std::span<const Digest> digests) {
-  const std::lock_guard lock(state_->mutex);
-  std::size_t offset = 0;
-  return state_->change(true, [&](std::span<Digest> out) -> Result<std::size_t> {
-    const std::size_t n = std::min(out.size(), digests.size() - offset);
-    std::copy_n(digests.begin() + static_cast<std::ptrdiff_t>(offset), n, out.begin());
-    offset += n;
-    return n;
-  });
+  auto reader = reader_of(digests);
+  return add(reader);
 }
 
 Result<CatalogChange> SqliteCatalog::add(DigestReader& input) {
@@ -392,14 +395,8 @@ Result<CatalogChange> SqliteCatalog::add(DigestReader& input) {
 }
 
 Result<CatalogChange> SqliteCatalog::remove(std::span<const Digest> digests) {
-  const std::lock_guard lock(state_->mutex);
-  std::size_t offset = 0;
-  return state_->change(false, [&](std::span<Digest> out) -> Result<std::size_t> {
-    const std::size_t n = std::min(out.size(), digests.size() - offset);
-    std::copy_n(digests.begin() + static_cast<std::ptrdiff_t>(offset), n, out.begin());
-    offset += n;
-    return n;
-  });
+  auto reader = reader_of(digests);
+  return remove(reader);
 }
 
 Result<CatalogChange> SqliteCatalog::remove(DigestReader& input) {
