@@ -15,19 +15,37 @@ namespace abf::cuda::detail {
 // Threads per block of both kernels (their __launch_bounds__).
 inline constexpr int kBlockSize = 256;
 
-// Blocks for `count` items on a device of `sm_count` multiprocessors: enough
-// to fill every SM several times over, no more (the kernels are grid-stride).
-int grid_size(std::size_t count, int sm_count) noexcept;
+// How the kernels run; the defaults are the fastest measured on an H200
+// (docs/cuda.md), the alternatives exist for that measurement.
+// `streaming`: digests are read and answers written with evict-first hints,
+// leaving the L2 cache to the filter's words (+2-3% at dram, even at llc).
+struct QueryShape {
+  bool streaming = true;
+};
+// `test_first`: read each word and skip the atomic when its bit is set,
+// instead of a fire-and-forget atomic OR (which was 2-3% faster).
+struct InsertShape {
+  bool test_first = false;
+  bool streaming = true;
+};
+
+// Blocks for `count` items on a device of `sm_count` multiprocessors that
+// keep `blocks_per_sm` blocks each resident: one full wave, no more (the
+// kernels are grid-stride, so no block waits for a slot while others
+// finish), or fewer for a small batch.
+int grid_size(std::size_t count, int sm_count, int blocks_per_sm) noexcept;
 
 // answers[i] = 1 ("Maybe") or 0 for the 32-byte digest records[i]; all in
 // device memory. Any alignment of `records` works; 16-byte aligned records
-// are read with one 128-bit load each.
+// are read with one 128-bit load each, others with byte loads (and the
+// default shape).
 cudaError_t launch_query(const DeviceFilterView& view, const std::uint8_t* records,
                          std::size_t count, std::uint8_t* answers, int sm_count,
-                         cudaStream_t stream) noexcept;
+                         cudaStream_t stream, QueryShape shape = {}) noexcept;
 
 // Sets the bits of records[0..count) with atomic ORs; all in device memory.
 cudaError_t launch_insert(const DeviceBuildView& view, const std::uint8_t* records,
-                          std::size_t count, int sm_count, cudaStream_t stream) noexcept;
+                          std::size_t count, int sm_count, cudaStream_t stream,
+                          InsertShape shape = {}) noexcept;
 
 }  // namespace abf::cuda::detail

@@ -91,11 +91,15 @@ ABF_HD inline std::uint64_t load_word(const std::uint64_t* p) {
   return *p;
 #endif
 }
+// ORs `mask` into *p. Without kTestFirst the atomic's result is unused, so
+// it is a fire-and-forget reduction that never waits for memory; kTestFirst
+// reads the word first and skips the atomic when the bit is set (about half
+// the probes of a filter filled to capacity). The reduction built the dram
+// filter 2-3% faster on an H200 (docs/cuda.md).
+template <bool kTestFirst = false>
 ABF_HD inline void or_word(std::uint64_t* p, std::uint64_t mask) {
 #if defined(__CUDA_ARCH__)
-  // Skip the atomic when the bit is already there: in a filter filled to
-  // capacity about half the probes hit set bits.
-  if ((*p & mask) == 0) atomicOr(reinterpret_cast<unsigned long long*>(p), mask);
+  if (!kTestFirst || (*p & mask) == 0) atomicOr(reinterpret_cast<unsigned long long*>(p), mask);
 #else
   *p |= mask;
 #endif
@@ -121,12 +125,13 @@ ABF_HD inline bool might_contain(const DeviceFilterView& view, const std::uint8_
 }
 
 // Sets the k bits of the digest whose first two big-endian words are h1, h2.
+template <bool kTestFirst = false>
 ABF_HD inline void insert(const DeviceBuildView& view, std::uint64_t h1, std::uint64_t h2) {
   const std::uint64_t m = view.bit_count;
   std::uint64_t i = view.reducer.reduce(h1);
   const std::uint64_t step = view.reducer.reduce(h2 | 1);
   for (std::uint32_t j = 0; j < view.hash_count; ++j) {
-    detail::or_word(view.words + probe::word_of(i), probe::mask_of(i));
+    detail::or_word<kTestFirst>(view.words + probe::word_of(i), probe::mask_of(i));
     i = probe::advance(i, step, m);
   }
 }
