@@ -21,6 +21,7 @@
 #include "abf/abf.hpp"
 #include "command.hpp"
 #include "common.hpp"
+#include "engines.hpp"
 #include "workload.hpp"
 
 namespace abf::cli {
@@ -155,9 +156,11 @@ void benchmark_sink(const Filter& filter) {
 }
 
 // Runs every operation of one scenario for the backends and thread counts.
+// `copy_rate`: digests per second a pinned host-to-device copy carries, the
+// ceiling of the CUDA rows (their digests start in host memory); 0 without CUDA.
 Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& backends,
                           const std::vector<unsigned>& thread_counts, unsigned repetitions,
-                          std::vector<Row>& rows) {
+                          double copy_rate, std::vector<Row>& rows) {
   const BloomSpec spec{scenario.n, kTargetFpp};
   auto layout = choose_layout(spec);
   if (!layout) return std::unexpected(layout.error());
@@ -177,7 +180,9 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
     }
   }
   chunk = {};
-  const Filter filter = std::move(*builder).finish();
+  auto finished = std::move(*builder).finish();
+  if (!finished) return std::unexpected(finished.error());
+  const Filter filter = std::move(*finished);
   const double fill = filter.fill_ratio();
   std::vector<Digest> present(batch), absent(batch);
   fill_digests(kMemberSeed, 0, present);
@@ -209,7 +214,12 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
             auto fresh = FilterBuilder::create(spec);
             done =
                 fresh ? fresh->add(present, backend) : Result<void>(std::unexpected(fresh.error()));
-            if (done) benchmark_sink(std::move(*fresh).finish());
+            if (!done) return;
+            auto filter = std::move(*fresh).finish();
+            if (filter)
+              benchmark_sink(*filter);
+            else
+              done = std::unexpected(filter.error());
           });
         });
         if (!done) return std::unexpected(done.error());
@@ -230,15 +240,22 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
     rows.push_back({"memory", "random_load", threads, scenario.name, ceiling.loads(),
                     layout->bit_count, layout->hash_count, "random_load", 1e9 / load_ns, load_ns,
                     1.0});
+    if (copy_rate > 0) {
+      rows.push_back({"cuda", "h2d_copy", threads, scenario.name, 0, layout->bit_count,
+                      layout->hash_count, "h2d_copy", copy_rate, 1e9 / copy_rate, 1.0});
+    }
     for (std::size_t b = 0; b < backends.size(); ++b) {
       for (std::size_t op = 0; op < 3; ++op) {
         const double ns = median(times[3 * b + op]) * 1e9 / static_cast<double>(batch);
         // Loads a digest needs: k to build or to confirm a member, about
         // 1 / (1 - fill) to rule out a non-member.
+        // The GPU's ceiling is the bus its digests cross instead.
         const double loads = op == 1 ? 1.0 / (1.0 - fill) : layout->hash_count;
+        const double fraction =
+            backends[b] == Backend::kCuda ? 1e9 / ns / copy_rate : loads * load_ns / ns;
         rows.push_back({std::string(to_string(backends[b])), target_of(backends[b]), threads,
                         scenario.name, batch, layout->bit_count, layout->hash_count,
-                        kOperations[op], 1e9 / ns, ns, loads * load_ns / ns});
+                        kOperations[op], 1e9 / ns, ns, fraction});
       }
     }
   }
@@ -281,6 +298,12 @@ int run_bench(const BenchOptions& options) {
     thread_counts = {1};
     if (hardware_threads() > 1) thread_counts.push_back(hardware_threads());
   }
+  double copy_rate = 0;
+  if (std::ranges::find(backends, Backend::kCuda) != backends.end()) {
+    auto bandwidth = cuda_engine::copy_bandwidth();
+    if (!bandwidth) return report("bench", bandwidth.error());
+    copy_rate = *bandwidth / sizeof(Digest);
+  }
   std::vector<Row> rows;
   for (const auto& scenario : kScenarios) {
     if (options.scenario != "all" && options.scenario != scenario.name) continue;
@@ -288,7 +311,8 @@ int run_bench(const BenchOptions& options) {
       std::fprintf(stderr, "abf bench: %s (n = %s, p = 0.01)...\n", scenario.name,
                    with_commas(scenario.n).c_str());
     }
-    if (auto done = run_scenario(scenario, backends, thread_counts, options.repetitions, rows);
+    if (auto done =
+            run_scenario(scenario, backends, thread_counts, options.repetitions, copy_rate, rows);
         !done) {
       return report("bench", done.error());
     }
@@ -329,7 +353,9 @@ Command add_bench_command(CLI::App& root) {
       "median of --repetitions runs; random_load rows are the machine's ceiling: independent\n"
       "random 64-bit loads over a buffer of the filter's size, allocated like the filter.\n"
       "`ceiling` = loads needed (absent 1/(1-fill), present and build k) x ns per load / ns\n"
-      "per item. Without --threads every case runs at 1 thread and at all cores.\n"
+      "per item. For cuda rows the ceiling is the h2d_copy row instead: digests per second a\n"
+      "pinned host-to-device copy carries (their digests start in host memory).\n"
+      "Without --threads every case runs at 1 thread and at all cores.\n"
       "Examples:\n"
       "  abf bench --scenario l2\n"
       "  abf bench --scenario dram --backend simd --threads 1 --json");

@@ -25,9 +25,10 @@ struct BuildOptions {
   unsigned threads = 0;
 };
 
-// Digests per chunk: 2 MiB of records, so memory stays the filter plus a
-// fixed buffer whatever the input size.
-constexpr std::size_t kChunk = 64 * 1024;
+// Digests per chunk: 32 MiB of records, so memory stays the filter plus a
+// fixed buffer whatever the input size, and chunks are large enough for
+// --backend auto to build on a GPU when there is one.
+constexpr std::size_t kChunk = kAutoCudaMinBatch;
 
 void print_summary(const std::string& output, const Filter& filter) {
   std::cout << "wrote " << output << ": " << with_commas(filter.inserted_item_count())
@@ -93,7 +94,9 @@ int run_build(const BuildOptions& options) {
     progress.update(reader->bytes_read());
   }
 
-  const Filter filter = std::move(*builder).finish();
+  auto finished = std::move(*builder).finish();
+  if (!finished) return report("build", finished.error());
+  const Filter& filter = *finished;
   if (auto saved = save_snapshot(filter, options.output); !saved) {
     return report("build", saved.error());
   }

@@ -164,8 +164,9 @@ TEST(Build, BuilderWithPrivateLanesEqualsTheScalarBuildForAnyThreadCount) {
         offset += size;
       }
       ASSERT_EQ(offset, digests.size());
-      EXPECT_EQ(serialize_snapshot(std::move(*builder).finish()), expected)
-          << threads << " threads";
+      auto finished = std::move(*builder).finish();
+      ASSERT_TRUE(finished.has_value()) << finished.error().describe();
+      EXPECT_EQ(serialize_snapshot(*finished), expected) << threads << " threads";
     });
   }
 }

@@ -29,6 +29,7 @@
 #include "abf/layout.hpp"
 #include "cuda_error.hpp"
 #include "engines.hpp"
+#include "launch.hpp"
 #include "test_support.hpp"
 
 namespace abf {
@@ -398,13 +399,50 @@ TEST_F(CudaGpuTest, BuildKernelIsBitExactWithScalarBuild) {
       ABF_ASSERT_OK(words);
       ASSERT_EQ(*words, expected) << "insert_host";
 
-      // The engine ORs into existing bits: first half by scalar, rest on GPU.
+      // A device lane ORs into the host's bits: half the digests by
+      // scalar, the rest in two chunks on the GPU, folded once.
       std::vector<std::uint64_t> mixed(m / 64, 0);
       scalar::insert_batch(mixed.data(), m, k, digests.data(), half);
-      ABF_ASSERT_OK(cuda_engine::insert_batch(mixed.data(), m, k, digests.data() + half,
-                                              digests.size() - half));
-      ASSERT_EQ(mixed, expected) << "cuda_engine::insert_batch";
+      auto lane = cuda_engine::open_lane(m, k);
+      ABF_ASSERT_OK(lane);
+      const std::size_t quarter = (digests.size() - half) / 2;
+      ABF_ASSERT_OK((*lane)->insert(digests.data() + half, quarter));
+      ABF_ASSERT_OK(
+          (*lane)->insert(digests.data() + half + quarter, digests.size() - half - quarter));
+      ABF_ASSERT_OK((*lane)->fold_into(mixed.data()));
+      ASSERT_EQ(mixed, expected) << "cuda_engine::DeviceLane";
     }
+  }
+}
+
+// A lane's bits fold into the host's through the staging pipeline, over
+// several chunks and a short last one; a lane opened after it ends (reusing
+// its memory) starts empty.
+TEST_F(CudaGpuTest, DeviceLanesFoldIntoHostBitsAndStartEmpty) {
+  const std::uint64_t m = (std::uint64_t{1} << 30) - 7 * 64;  // 8 staging chunks, the last short
+  const std::uint32_t k = 3;
+  const auto on_cpu = test::random_digests(300000, 71);
+  const auto on_gpu = test::random_digests(300000, 72);
+  std::vector<std::uint64_t> expected(m / 64, 0);
+  scalar::insert_batch(expected.data(), m, k, on_cpu.data(), on_cpu.size());
+  scalar::insert_batch(expected.data(), m, k, on_gpu.data(), on_gpu.size());
+  std::vector<std::uint64_t> words(m / 64, 0);
+  scalar::insert_batch(words.data(), m, k, on_cpu.data(), on_cpu.size());
+  {
+    auto lane = cuda_engine::open_lane(m, k);
+    ABF_ASSERT_OK(lane);
+    ABF_ASSERT_OK((*lane)->insert(on_gpu.data(), on_gpu.size()));
+    ABF_ASSERT_OK((*lane)->fold_into(words.data()));
+    ASSERT_EQ(words, expected);
+  }
+  for (int round = 0; round < 2; ++round) {
+    auto lane = cuda_engine::open_lane(m, k);  // the first reuses the lane above
+    ABF_ASSERT_OK(lane);
+    std::vector<std::uint64_t> empty(m / 64, 0);
+    ABF_ASSERT_OK((*lane)->fold_into(empty.data()));
+    ASSERT_TRUE(std::all_of(empty.begin(), empty.end(), [](std::uint64_t w) { return w == 0; }))
+        << "round " << round << ": a reused lane kept old bits";
+    ABF_ASSERT_OK((*lane)->insert(on_gpu.data(), 1000));
   }
 }
 
@@ -440,6 +478,23 @@ TEST_F(CudaGpuTest, LibraryBuildWithTheCudaBackendMatchesScalar) {
   auto reference = build_filter(members, spec, 7, Backend::kScalar);
   ABF_ASSERT_OK(reference);
   ASSERT_TRUE(std::ranges::equal(on_gpu->words(), reference->words()));
+
+  // A streamed build, chunks of many sizes taking turns between the GPU lane
+  // and the CPU: the same bytes once finish() folds the lane in.
+  auto builder = FilterBuilder::create(spec, 7);
+  ABF_ASSERT_OK(builder);
+  std::size_t offset = 0;
+  int turn = 0;
+  for (const std::size_t size : {1u, 31u, 5000u, 33u, 9000u, 4935u, 1000u}) {
+    const Backend backend = turn++ % 2 == 0 ? Backend::kCuda : Backend::kSimd;
+    ABF_ASSERT_OK(builder->add(std::span(members).subspan(offset, size), backend));
+    offset += size;
+  }
+  ASSERT_EQ(offset, members.size());
+  auto streamed = std::move(*builder).finish();
+  ABF_ASSERT_OK(streamed);
+  EXPECT_EQ(streamed->inserted_item_count(), members.size());
+  ASSERT_TRUE(std::ranges::equal(streamed->words(), reference->words()));
 }
 
 // --- Errors --------------------------------------------------------------------
@@ -528,6 +583,23 @@ __global__ void fill_random_records(std::uint64_t seed, std::size_t count, std::
   }
 }
 
+// The device's random-load ceiling: each thread reads `per_thread` words at
+// independent positions of a Weyl sequence over `word_count` words, as the
+// CPU's `abf bench` random_load rows do; the sum keeps the loads.
+__global__ void random_loads(const std::uint64_t* words, std::uint64_t word_count, int per_thread,
+                             unsigned long long* sink) {
+  constexpr std::uint64_t kPhi = 0x9e3779b97f4a7c15ull;
+  const std::uint64_t t = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  std::uint64_t fraction = t * per_thread * kPhi;
+  std::uint64_t sum = 0;
+  for (int i = 0; i < per_thread; ++i) {
+    fraction += kPhi;
+    sum += __ldg(reinterpret_cast<const unsigned long long*>(words) +
+                 __umul64hi(fraction, word_count));
+  }
+  if (sum == 0x5eed) atomicAdd(sink, 1ull);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -587,6 +659,173 @@ TEST_F(CudaGpuTest, Throughput) {
     report(name, static_cast<double>(q) * kRuns, seconds_since(start));
   }
 
+  // Kernel shapes and L2 settings (docs/cuda.md): each must give the
+  // default's answers; how fast each is. Events on a stream of the test's
+  // own (the L2 window is a stream attribute), median of 5 after a warm-up.
+  cudaStream_t stream = nullptr;
+  ABF_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto time_ms = [&](auto&& launch) {
+    cudaEvent_t begin, end;
+    cudaEventCreate(&begin);
+    cudaEventCreate(&end);
+    std::vector<float> runs;
+    launch();  // warm-up
+    for (int r = 0; r < 5; ++r) {
+      cudaEventRecord(begin, stream);
+      launch();
+      cudaEventRecord(end, stream);
+      cudaEventSynchronize(end);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, begin, end);
+      runs.push_back(ms);
+    }
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    std::sort(runs.begin(), runs.end());
+    return static_cast<double>(runs[runs.size() / 2]);
+  };
+  const cuda::DeviceFilterView dram_view = device->view();
+  {
+    // The ceiling, on the filter's own words: one resident wave of threads.
+    DeviceArray<unsigned long long> sink(1);
+    int blocks_per_sm = 0;
+    ABF_ASSERT_CUDA(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, random_loads, 256, 0));
+    const int blocks = info->sm_count * blocks_per_sm;
+    constexpr int kPerThread = 512;
+    const double ms = time_ms([&] {
+      random_loads<<<blocks, 256, 0, stream>>>(dram_view.words, layout->bit_count / 64, kPerThread,
+                                               sink.data);
+    });
+    ABF_ASSERT_CUDA(cudaGetLastError());
+    const double loads = static_cast<double>(blocks) * 256 * kPerThread;
+    std::printf(
+        "{\"case\": \"random_load_device\", \"bytes\": %llu, \"loads\": %.0f, "
+        "\"per_second\": %.4e}\n",
+        static_cast<unsigned long long>(layout->bit_count / 8), loads, loads / (ms / 1e3));
+  }
+  // filter: "dram" (this filter, past the L2) or "llc" (10^7 members, 12 MB,
+  // inside the H200's L2); setting: the L2 configuration in force.
+  auto sweep = [&](const char* filter, const std::string& setting, const cuda::DeviceFilter& on,
+                   std::size_t count, bool every_shape) {
+    for (const auto& [name, digests] :
+         {std::pair{"absent", absent.data}, std::pair{"present", members.data}}) {
+      const cuda::DeviceFilterView view = on.view();
+      const std::uint8_t* records = reinterpret_cast<const std::uint8_t*>(digests);
+      auto* out = reinterpret_cast<std::uint8_t*>(answers.data);
+      std::vector<std::uint8_t> expected(count);
+      ABF_ASSERT_OK(on.query_device(digests, count, answers.data));
+      ABF_ASSERT_CUDA(cudaMemcpy(expected.data(), out, count, cudaMemcpyDeviceToHost));
+      for (const bool streaming : {true, false}) {
+        if (!streaming && !every_shape) continue;
+        ABF_ASSERT_CUDA(cudaMemset(out, 0xff, count));
+        const double ms = time_ms([&] {
+          (void)cuda::detail::launch_query(view, records, count, out, info->sm_count, stream,
+                                           cuda::detail::QueryShape{streaming});
+        });
+        ABF_ASSERT_CUDA(cudaGetLastError());
+        std::vector<std::uint8_t> got(count);
+        ABF_ASSERT_CUDA(cudaMemcpy(got.data(), out, count, cudaMemcpyDeviceToHost));
+        ASSERT_EQ(got, expected) << name << " " << filter << " " << setting;
+        std::printf(
+            "{\"case\": \"shape_query_%s\", \"filter\": \"%s\", \"setting\": \"%s\", "
+            "\"streaming\": %d, \"per_second\": %.4e}\n",
+            name, filter, setting.c_str(), streaming ? 1 : 0,
+            static_cast<double>(count) / (ms / 1e3));
+      }
+    }
+  };
+  sweep("dram", "default", *device, q, true);
+  {
+    const std::size_t small_n = 10'000'000;
+    auto small_layout = choose_layout(BloomSpec{small_n, 0.01});
+    ABF_ASSERT_OK(small_layout);
+    auto small = cuda::DeviceFilter::create(*small_layout);
+    ABF_ASSERT_OK(small);
+    ABF_ASSERT_OK(small->insert_device(members.data, small_n));
+    sweep("llc", "default", *small, small_n, true);
+  }
+  {
+    // How many bytes L2 fetches from DRAM per miss (a context-wide limit).
+    std::size_t original = 0;
+    ABF_ASSERT_CUDA(cudaDeviceGetLimit(&original, cudaLimitMaxL2FetchGranularity));
+    std::printf("{\"case\": \"l2_fetch_granularity_default\", \"bytes\": %zu}\n", original);
+    for (const std::size_t bytes : {32u, 64u, 128u}) {
+      if (cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, bytes) != cudaSuccess) {
+        std::printf("{\"case\": \"l2_fetch_granularity\", \"bytes\": %zu, \"refused\": 1}\n",
+                    bytes);
+        (void)cudaGetLastError();
+        continue;
+      }
+      sweep("dram", "fetch_" + std::to_string(bytes), *device, q, false);
+    }
+    ABF_ASSERT_CUDA(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, original));
+  }
+  {
+    // A persisting L2 window over the filter's words.
+    cudaDeviceProp prop{};
+    ABF_ASSERT_CUDA(cudaGetDeviceProperties(&prop, info->ordinal));
+    std::printf(
+        "{\"case\": \"l2\", \"l2_bytes\": %d, \"persisting_max_bytes\": %d, "
+        "\"window_max_bytes\": %d}\n",
+        prop.l2CacheSize, prop.persistingL2CacheMaxSize, prop.accessPolicyMaxWindowSize);
+    if (prop.persistingL2CacheMaxSize > 0 && prop.accessPolicyMaxWindowSize > 0) {
+      ABF_ASSERT_CUDA(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize,
+                                         static_cast<std::size_t>(prop.persistingL2CacheMaxSize)));
+      cudaStreamAttrValue window{};
+      window.accessPolicyWindow.base_ptr =
+          const_cast<void*>(static_cast<const void*>(dram_view.words));
+      window.accessPolicyWindow.num_bytes = std::min<std::size_t>(
+          layout->bit_count / 8, static_cast<std::size_t>(prop.accessPolicyMaxWindowSize));
+      window.accessPolicyWindow.hitRatio =
+          std::min(1.0f, static_cast<float>(prop.persistingL2CacheMaxSize) /
+                             static_cast<float>(window.accessPolicyWindow.num_bytes));
+      window.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+      window.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+      ABF_ASSERT_CUDA(
+          cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &window));
+      sweep("dram", "persisting", *device, q, false);
+      window.accessPolicyWindow.num_bytes = 0;
+      ABF_ASSERT_CUDA(
+          cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &window));
+      ABF_ASSERT_CUDA(cudaCtxResetPersistingL2Cache());
+      ABF_ASSERT_CUDA(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
+    }
+  }
+  ABF_ASSERT_CUDA(cudaStreamDestroy(stream));
+  {
+    auto reference = device->download();
+    ABF_ASSERT_OK(reference);
+    const std::uint8_t* records = reinterpret_cast<const std::uint8_t*>(members.data);
+    auto scratch = cuda::DeviceFilter::create(*layout);
+    ABF_ASSERT_OK(scratch);
+    for (const bool test_first : {false, true}) {
+      for (const bool streaming : {false, true}) {
+        auto built = cuda::DeviceFilter::create(*layout);
+        ABF_ASSERT_OK(built);
+        const cuda::DeviceBuildView build_view = built->build_view();
+        const cuda::detail::InsertShape shape{test_first, streaming};
+        // Load the kernel (lazily, at its first launch) on a scratch filter,
+        // then time one build from empty.
+        ABF_ASSERT_CUDA(cuda::detail::launch_insert(scratch->build_view(), records, 1,
+                                                    info->sm_count, nullptr, shape));
+        ABF_ASSERT_CUDA(cudaDeviceSynchronize());
+        auto start_fresh = std::chrono::steady_clock::now();
+        ABF_ASSERT_CUDA(
+            cuda::detail::launch_insert(build_view, records, n, info->sm_count, nullptr, shape));
+        ABF_ASSERT_CUDA(cudaDeviceSynchronize());
+        const double fresh = seconds_since(start_fresh);
+        auto words = built->download();
+        ABF_ASSERT_OK(words);
+        ASSERT_EQ(*words, *reference) << "test_first " << test_first << " streaming " << streaming;
+        std::printf(
+            "{\"case\": \"shape_build\", \"test_first\": %d, \"streaming\": %d, "
+            "\"per_second\": %.4e}\n",
+            test_first ? 1 : 0, streaming ? 1 : 0, static_cast<double>(n) / fresh);
+      }
+    }
+  }
+
   // Exactness of a sample against the scalar reference on the downloaded bits.
   {
     auto words = device->download();
@@ -601,6 +840,18 @@ TEST_F(CudaGpuTest, Throughput) {
     ABF_ASSERT_OK(device->query_device(absent.data, sample.size(), answers.data));
     ABF_ASSERT_CUDA(cudaMemcpy(got.data(), answers.data, got.size(), cudaMemcpyDeviceToHost));
     ASSERT_EQ(got, expected);
+    // Words an absent digest reads: up to and including its first clear bit.
+    double probes = 0;
+    for (const Digest& d : sample) {
+      std::uint64_t i = probe::h1_of(d.bytes.data()) % layout->bit_count;
+      const std::uint64_t step = (probe::h2_of(d.bytes.data()) | 1) % layout->bit_count;
+      for (std::uint32_t j = 0; j < layout->hash_count; ++j) {
+        ++probes;
+        if ((view.words[probe::word_of(i)] & probe::mask_of(i)) == 0) break;
+        i = probe::advance(i, step, layout->bit_count);
+      }
+    }
+    std::printf("{\"case\": \"absent_mean_probes\", \"probes\": %.4f}\n", probes / sample.size());
     const double fp =
         static_cast<double>(std::count(got.begin(), got.end(), Answer::kMaybe)) / got.size();
     std::printf("{\"case\": \"absent_sample_maybe_rate\", \"rate\": %.5f, \"probes\": %zu}\n", fp,
@@ -630,11 +881,21 @@ TEST_F(CudaGpuTest, Throughput) {
   std::vector<Digest> pageable(pinned.data, pinned.data + h);
   std::vector<Answer> pageable_answers(h);
   start = std::chrono::steady_clock::now();
+  ABF_ASSERT_CUDA(
+      cudaMemcpy(absent.data, pageable.data(), h * sizeof(Digest), cudaMemcpyHostToDevice));
+  const double pageable_copy_seconds = seconds_since(start);
+  const double pageable_bandwidth = static_cast<double>(h * sizeof(Digest)) / pageable_copy_seconds;
+  report("h2d_copy_pageable", static_cast<double>(h), pageable_copy_seconds,
+         ", \"bytes_per_second\": " + std::to_string(pageable_bandwidth));
+  start = std::chrono::steady_clock::now();
   ABF_ASSERT_OK(device->query_host(pageable, pageable_answers));
   seconds = seconds_since(start);
-  report("query_host_pageable", static_cast<double>(h), seconds,
-         ", \"fraction_of_copy_bandwidth\": " +
-             std::to_string(static_cast<double>(h * sizeof(Digest)) / seconds / copy_bandwidth));
+  report(
+      "query_host_pageable", static_cast<double>(h), seconds,
+      ", \"fraction_of_copy_bandwidth\": " +
+          std::to_string(static_cast<double>(h * sizeof(Digest)) / seconds / copy_bandwidth) +
+          ", \"fraction_of_pageable_copy_bandwidth\": " +
+          std::to_string(static_cast<double>(h * sizeof(Digest)) / seconds / pageable_bandwidth));
   ASSERT_TRUE(std::equal(pageable_answers.begin(), pageable_answers.end(), pinned_answers.data));
 }
 

@@ -205,16 +205,22 @@ TEST(CudaMathTest, EngineWithoutADeviceIsAClearError) {
     GTEST_SKIP() << "a CUDA device is present: " << cuda_engine::device_description();
   }
   EXPECT_FALSE(cuda_engine::device_description().empty());
-  std::vector<std::uint64_t> words(1, 0);
+  const auto lane = cuda_engine::open_lane(64, 3);
+  ASSERT_FALSE(lane.has_value());
+  EXPECT_EQ(lane.error().code, ErrorCode::kBackendUnavailable) << lane.error().message;
+  EXPECT_NE(lane.error().message.find("CUDA"), std::string::npos) << lane.error().message;
+
+  // A builder asked for CUDA refuses the chunk and keeps nothing of it.
+  auto builder = FilterBuilder::create(BloomSpec{100, 0.01});
+  ASSERT_TRUE(builder.has_value());
   const auto digests = test::random_digests(4, 1);
-  const Error error = [&] {
-    auto r = cuda_engine::insert_batch(words.data(), 64, 3, digests.data(), digests.size());
-    EXPECT_FALSE(r.has_value());
-    return r ? Error{ErrorCode::kIo, ""} : r.error();
-  }();
-  EXPECT_EQ(error.code, ErrorCode::kBackendUnavailable) << error.message;
-  EXPECT_NE(error.message.find("CUDA"), std::string::npos) << error.message;
-  EXPECT_EQ(words[0], 0u) << "a failed insert must leave the bits alone";
+  auto added = builder->add(digests, Backend::kCuda);
+  ASSERT_FALSE(added.has_value());
+  EXPECT_EQ(added.error().code, ErrorCode::kBackendUnavailable) << added.error().message;
+  EXPECT_EQ(builder->inserted_item_count(), 0u);
+  auto filter = std::move(*builder).finish();
+  ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+  EXPECT_EQ(filter->popcount(), 0u) << "a refused chunk must leave the bits alone";
 }
 
 }  // namespace

@@ -168,7 +168,9 @@ TEST(ParallelInsert, FilterBuilderEqualsScalarBuildAtEveryThreadCount) {
           ASSERT_TRUE(added.has_value()) << added.error().describe();
           done += n;
         }
-        const Filter filter = std::move(*builder).finish();
+        auto finished = std::move(*builder).finish();
+        ASSERT_TRUE(finished.has_value()) << finished.error().describe();
+        const Filter& filter = *finished;
         EXPECT_TRUE(std::ranges::equal(filter.payload(), reference->payload()))
             << "threads=" << threads << " backend=" << to_string(backend);
         EXPECT_EQ(filter.inserted_item_count(), digests.size());

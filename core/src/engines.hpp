@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,20 @@ std::string device_description();
 // streams the digests through pinned staging buffers.
 Result<void> query_batch(const Filter& filter, const Digest* digests, std::size_t count,
                          Answer* answers);
-// Inserts host digests into a host bitset using the GPU build kernel.
-Result<void> insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
-                          const Digest* digests, std::size_t count);
+// A bitset on the device that a FilterBuilder building with CUDA inserts
+// into: opened at its first CUDA add, ORed into the builder's own bits once,
+// in finish(). A streamed build so moves the filter across the bus once, not
+// once per chunk.
+class DeviceLane {
+ public:
+  virtual ~DeviceLane() = default;
+  // Inserts host digests with the GPU build kernel (the pipelined path).
+  virtual Result<void> insert(const Digest* digests, std::size_t count) = 0;
+  // words[i] |= the lane's word i, for all bit_count / 64 words.
+  virtual Result<void> fold_into(std::uint64_t* words) = 0;
+};
+Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t bit_count, std::uint32_t hash_count);
+// Bytes per second of a host-to-device copy from pinned memory (64 MiB,
+// median of 5): the ceiling of any query whose digests start in host memory.
+Result<double> copy_bandwidth();
 }  // namespace abf::cuda_engine

@@ -117,6 +117,13 @@ Result<FilterBuilder> FilterBuilder::create(const BloomSpec& spec, std::uint64_t
   return FilterBuilder(info, allocate_words(word_count), word_count);
 }
 
+FilterBuilder::FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words,
+                             std::size_t word_count)
+    : info_(info), words_(std::move(words)), word_count_(word_count) {}
+FilterBuilder::FilterBuilder(FilterBuilder&&) noexcept = default;
+FilterBuilder& FilterBuilder::operator=(FilterBuilder&&) noexcept = default;
+FilterBuilder::~FilterBuilder() = default;
+
 Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend) {
   if (!words_) return fail(ErrorCode::kInvalidArgument, "FilterBuilder::add after finish()");
   const std::uint64_t capacity = info_.spec.expected_item_count;
@@ -136,7 +143,17 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
       scalar::insert_batch(words_.get(), m, k, digests.data(), digests.size());
       break;
     case Backend::kCuda: {
-      auto done = cuda_engine::insert_batch(words_.get(), m, k, digests.data(), digests.size());
+      Result<void> done;
+      if (!device_lane_) {
+        auto lane = cuda_engine::open_lane(m, k);
+        if (lane)
+          device_lane_ = std::move(*lane);
+        else
+          done = std::unexpected(lane.error());
+      }
+      // A failure part-way leaves some of the chunk's bits in the lane: bits
+      // of inserted digests, harmless beside the fallback's.
+      if (done) done = device_lane_->insert(digests.data(), digests.size());
       if (!done) {
         if (backend != Backend::kAuto) return done;
         insert_parallel(digests);
@@ -180,7 +197,15 @@ void FilterBuilder::insert_parallel(std::span<const Digest> digests) {
   });
 }
 
-Filter FilterBuilder::finish() && {
+Result<Filter> FilterBuilder::finish() && {
+  if (!words_)
+    return fail(ErrorCode::kInvalidArgument,
+                "FilterBuilder::finish on a finished or moved-from builder");
+  if (device_lane_) {
+    auto folded = device_lane_->fold_into(words_.get());
+    device_lane_.reset();
+    if (!folded) return std::unexpected(folded.error());
+  }
   if (!lanes_.empty()) {
     std::uint64_t* words = words_.get();
     detail::parallel_for_chunks(0, word_count_, 1 << 16, [&](std::size_t begin, std::size_t end) {

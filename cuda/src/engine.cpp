@@ -1,11 +1,18 @@
 // The CUDA engine behind Backend::kCuda (and kAuto for large batches when a
 // device is present): the abf::cuda_engine functions of core/src/engines.hpp,
 // on top of DeviceFilter.
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "abf/cuda/device_filter.hpp"
+#include "cuda_error.hpp"
 #include "engines.hpp"
 
 namespace abf::cuda_engine {
@@ -74,17 +81,101 @@ Result<void> query_batch(const Filter& filter, const Digest* digests, std::size_
   return cache.device->query_host({digests, count}, {answers, count});
 }
 
-Result<void> insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
-                          const Digest* digests, std::size_t count) {
-  if (auto r = require_device(); !r) return r;
-  if (count == 0) return {};
+namespace {
+
+// The device bitset (with its pinned staging) of the last CUDA build that
+// ended, kept for the next build of the same layout: a service rebuilding
+// its filter, or a benchmark, pays the allocations once. Leaked on purpose,
+// like the upload cache.
+struct LaneCache {
+  std::mutex mutex;
+  std::optional<cuda::DeviceFilter> spare;
+};
+
+LaneCache& lane_cache() {
+  static auto* cache = new LaneCache;
+  return *cache;
+}
+
+class CudaLane final : public DeviceLane {
+ public:
+  explicit CudaLane(cuda::DeviceFilter device) : device_(std::move(device)) {}
+  CudaLane(const CudaLane&) = delete;
+  CudaLane& operator=(const CudaLane&) = delete;
+
+  ~CudaLane() override {
+    LaneCache& cache = lane_cache();
+    std::lock_guard lock(cache.mutex);
+    cache.spare = std::move(device_);
+  }
+
+  Result<void> insert(const Digest* digests, std::size_t count) override {
+    return device_->insert_host({digests, count});
+  }
+
+  Result<void> fold_into(std::uint64_t* words) override {
+    return device_->or_into({words, device_->layout().bit_count / 64});
+  }
+
+ private:
+  std::optional<cuda::DeviceFilter> device_;
+};
+
+}  // namespace
+
+Result<double> copy_bandwidth() {
+  if (auto r = require_device(); !r) return std::unexpected(r.error());
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  void* host = nullptr;
+  void* device = nullptr;
+  cudaEvent_t begin = nullptr;
+  cudaEvent_t end = nullptr;
+  Result<void> r = cuda::detail::check(cudaHostAlloc(&host, kBytes, cudaHostAllocDefault),
+                                       "cudaHostAlloc (64 MiB for the copy ceiling)");
+  if (r) r = cuda::detail::check(cudaMalloc(&device, kBytes), "cudaMalloc (64 MiB)");
+  if (r) r = cuda::detail::check(cudaEventCreate(&begin), "cudaEventCreate");
+  if (r) r = cuda::detail::check(cudaEventCreate(&end), "cudaEventCreate");
+  if (r) std::memset(host, 0x5a, kBytes);
+  std::vector<float> runs;
+  for (int run = 0; r && run < 6; ++run) {
+    r = cuda::detail::check(cudaEventRecord(begin), "cudaEventRecord");
+    if (r) {
+      r = cuda::detail::check(cudaMemcpyAsync(device, host, kBytes, cudaMemcpyHostToDevice),
+                              "copying 64 MiB to the device");
+    }
+    if (r) r = cuda::detail::check(cudaEventRecord(end), "cudaEventRecord");
+    if (r) r = cuda::detail::check(cudaEventSynchronize(end), "waiting for the copy");
+    float ms = 0;
+    if (r) r = cuda::detail::check(cudaEventElapsedTime(&ms, begin, end), "timing the copy");
+    if (r && run > 0) runs.push_back(ms);  // the first run warms up
+  }
+  if (end != nullptr) (void)cudaEventDestroy(end);
+  if (begin != nullptr) (void)cudaEventDestroy(begin);
+  if (device != nullptr) (void)cudaFree(device);
+  if (host != nullptr) (void)cudaFreeHost(host);
+  if (!r) return std::unexpected(r.error());
+  std::sort(runs.begin(), runs.end());
+  return static_cast<double>(kBytes) / (static_cast<double>(runs[runs.size() / 2]) / 1e3);
+}
+
+Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t bit_count, std::uint32_t hash_count) {
+  if (auto r = require_device(); !r) return std::unexpected(r.error());
   const Layout layout{bit_count, hash_count};
-  // Upload the bits so far, OR the new digests in on the device, bring the
-  // bits back: the same words as scalar::insert_batch on the same input.
-  auto device = cuda::DeviceFilter::from_words({words, bit_count / 64}, layout);
+  std::optional<cuda::DeviceFilter> reused;
+  {
+    LaneCache& cache = lane_cache();
+    std::lock_guard lock(cache.mutex);
+    if (cache.spare && cache.spare->layout() == layout &&
+        cache.spare->device() == device_probe()->ordinal) {
+      reused = std::move(cache.spare);
+    }
+    cache.spare.reset();
+  }
+  if (reused && reused->clear()) return std::make_unique<CudaLane>(std::move(*reused));
+  reused.reset();
+  auto device = cuda::DeviceFilter::create(layout);
   if (!device) return std::unexpected(device.error());
-  if (auto r = device->insert_host({digests, count}); !r) return r;
-  return device->download({words, bit_count / 64});
+  return std::make_unique<CudaLane>(std::move(*device));
 }
 
 }  // namespace abf::cuda_engine

@@ -20,9 +20,10 @@ Result<void> query_batch(const Filter&, const Digest*, std::size_t, Answer*) {
   return std::unexpected(not_compiled());
 }
 
-Result<void> insert_batch(std::uint64_t*, std::uint64_t, std::uint32_t, const Digest*,
-                          std::size_t) {
+Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t, std::uint32_t) {
   return std::unexpected(not_compiled());
 }
+
+Result<double> copy_bandwidth() { return std::unexpected(not_compiled()); }
 
 }  // namespace abf::cuda_engine

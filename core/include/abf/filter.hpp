@@ -86,13 +86,19 @@ class Filter {
 // when large. Used by builders, loaders and backends alike.
 std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
 
+namespace cuda_engine {
+class DeviceLane;  // a bitset on the GPU (core/src/engines.hpp)
+}
+
 // Fills a filter in chunks, so input of any size streams through a bounded
 // buffer. Not thread-safe; `add` itself may use every core.
 //
 // With several threads and large chunks, the builder keeps up to 256 MiB of
 // private per-thread bitsets ("lanes") across `add` calls, each thread
 // filling its own at the engine's full speed, and ORs them into the filter
-// once in `finish`. OR is commutative, so the bytes never depend on it.
+// once in `finish`. A chunk added with Backend::kCuda goes into a lane on
+// the GPU, likewise ORed in once. OR is commutative, so the bytes never
+// depend on which chunk went where.
 class FilterBuilder {
  public:
   // Chooses the layout (section 3 errors) and allocates the bitset.
@@ -105,13 +111,17 @@ class FilterBuilder {
   std::uint64_t inserted_item_count() const noexcept { return info_.inserted_item_count; }
   const FilterInfo& info() const noexcept { return info_; }
 
-  // The finished, immutable filter. The builder is empty afterwards.
-  Filter finish() &&;
+  // The finished, immutable filter. The builder is empty afterwards. Fails
+  // only when a GPU lane cannot be read back (the device was lost).
+  Result<Filter> finish() &&;
+
+  FilterBuilder(FilterBuilder&&) noexcept;
+  FilterBuilder& operator=(FilterBuilder&&) noexcept;
+  ~FilterBuilder();
 
  private:
   FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words,
-                std::size_t word_count)
-      : info_(info), words_(std::move(words)), word_count_(word_count) {}
+                std::size_t word_count);
 
   // Inserts with the SIMD engine over every core of the arena.
   void insert_parallel(std::span<const Digest> digests);
@@ -119,7 +129,8 @@ class FilterBuilder {
   FilterInfo info_;
   std::shared_ptr<std::uint64_t> words_;
   std::size_t word_count_ = 0;
-  std::vector<std::shared_ptr<std::uint64_t>> lanes_;  // private bitsets beside words_
+  std::vector<std::shared_ptr<std::uint64_t>> lanes_;     // private bitsets beside words_
+  std::unique_ptr<cuda_engine::DeviceLane> device_lane_;  // opened by the first CUDA add
 };
 
 // Builds a filter from digests in memory: checks the spec, then capacity,

@@ -126,10 +126,18 @@ class DeviceFilter {
   // Inserts host digests (the build kernel), pipelined like query_host.
   Result<void> insert_host(std::span<const Digest> digests);
 
+  // Sets every bit to zero, to build anew in the same memory.
+  Result<void> clear();
+
   // --- Back to the host -----------------------------------------------------
   // Copies the bitset into `words` (bit_count / 64 words).
   Result<void> download(std::span<std::uint64_t> words) const;
   Result<std::vector<std::uint64_t>> download() const;
+  // words[i] |= the bitset's word i (bit_count / 64 words): joins a build on
+  // the GPU with bits set elsewhere. Pipelined through the pinned staging
+  // buffers, so it runs at the copy's speed and needs no bitset-sized
+  // buffer on the host.
+  Result<void> or_into(std::span<std::uint64_t> words) const;
 
  private:
   struct Impl;
