@@ -20,7 +20,10 @@ struct QueryOptions {
   unsigned threads = 0;
 };
 
-constexpr std::size_t kChunk = 256 * 1024;
+// Digests per chunk: 32 MiB of records, large enough for --backend auto to
+// query on a GPU when there is one; output goes out in pieces of ~4 MiB.
+constexpr std::size_t kChunk = kAutoCudaMinBatch;
+constexpr std::size_t kTextPiece = std::size_t{4} << 20;
 
 void append_line(std::string& out, const Digest& digest, Answer answer) {
   char line[64];
@@ -65,7 +68,12 @@ int run_query(const QueryOptions& options) {
     text.clear();
     for (std::size_t i = 0; i < *got; ++i) {
       maybe += answers[i] == Answer::kMaybe ? 1 : 0;
-      if (!options.summary) append_line(text, digests[i], answers[i]);
+      if (options.summary) continue;
+      append_line(text, digests[i], answers[i]);
+      if (text.size() >= kTextPiece) {
+        if (auto wrote = output->write(text); !wrote) return report("query", wrote.error());
+        text.clear();
+      }
     }
     if (auto wrote = output->write(text); !wrote) return report("query", wrote.error());
     progress.update(reader->bytes_read());

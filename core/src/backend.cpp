@@ -7,12 +7,6 @@
 
 namespace abf {
 
-namespace {
-// Below this many digests, copying them to a GPU and back costs more than
-// probing them on the CPU (PCIe ~25 GB/s vs ~100 M/s/core of SIMD probes).
-constexpr std::size_t kCudaMinBatch = std::size_t{1} << 20;
-}  // namespace
-
 std::string_view to_string(Backend backend) noexcept {
   switch (backend) {
     case Backend::kAuto:
@@ -46,7 +40,7 @@ Result<Backend> resolve_backend(Backend requested, std::size_t batch_size) {
     }
     if (*parsed != Backend::kAuto) return *parsed;
   }
-  if (batch_size >= kCudaMinBatch && cuda_engine::device_present()) return Backend::kCuda;
+  if (batch_size >= kAutoCudaMinBatch && cuda_engine::device_present()) return Backend::kCuda;
   return Backend::kSimd;
 }
 

@@ -20,6 +20,12 @@ enum class Backend {
   kCuda,    // NVIDIA GPU; kBackendUnavailable without a build or a device
 };
 
+// kAuto picks CUDA (when a device is present) for batches of at least this
+// many digests; below it, copying them to the GPU costs more than probing
+// them with SIMD. Streaming callers that want kAuto to be able to choose the
+// GPU hand over chunks at least this large (the CLI does).
+inline constexpr std::size_t kAutoCudaMinBatch = std::size_t{1} << 20;
+
 // "auto", "scalar", "simd", "cuda".
 std::string_view to_string(Backend backend) noexcept;
 // Parses those names; kInvalidArgument otherwise.
