@@ -1,5 +1,12 @@
 // abf query: answer absent / maybe for each input digest, in input order.
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -21,15 +28,39 @@ struct QueryOptions {
 };
 
 // Digests per chunk: 32 MiB of records, large enough for --backend auto to
-// query on a GPU when there is one; output goes out in pieces of ~4 MiB.
+// query on a GPU when there is one.
 constexpr std::size_t kChunk = kAutoCudaMinBatch;
-constexpr std::size_t kTextPiece = std::size_t{4} << 20;
+// Output lines formatted per task: about 4.6 MiB of text.
+constexpr std::size_t kLinesPerPiece = std::size_t{64} << 10;
 
 void append_line(std::string& out, const Digest& digest, Answer answer) {
   char line[64];
   write_hex(digest, line);
   out.append(line, 64);
   out.append(answer == Answer::kMaybe ? "\tmaybe\n" : "\tabsent\n");
+}
+
+// Writes the lines of one answered chunk, in order: pieces of
+// kLinesPerPiece lines are formatted on every core of the arena, one wave
+// of them at a time, so the text in memory stays a few MiB per core.
+Result<void> write_lines(AtomicFile& output, std::span<const Digest> digests,
+                         std::span<const Answer> answers, std::vector<std::string>& pieces) {
+  const std::size_t count = digests.size();
+  const std::size_t total_pieces = (count + kLinesPerPiece - 1) / kLinesPerPiece;
+  for (std::size_t first = 0; first < total_pieces; first += pieces.size()) {
+    const std::size_t wave = std::min(pieces.size(), total_pieces - first);
+    tbb::parallel_for(std::size_t{0}, wave, [&](std::size_t w) {
+      std::string& text = pieces[w];
+      text.clear();
+      const std::size_t begin = (first + w) * kLinesPerPiece;
+      const std::size_t end = std::min(count, begin + kLinesPerPiece);
+      for (std::size_t i = begin; i < end; ++i) append_line(text, digests[i], answers[i]);
+    });
+    for (std::size_t w = 0; w < wave; ++w) {
+      if (auto wrote = output.write(pieces[w]); !wrote) return wrote;
+    }
+  }
+  return {};
 }
 
 int run_query(const QueryOptions& options) {
@@ -50,32 +81,34 @@ int run_query(const QueryOptions& options) {
   auto output = AtomicFile::create(options.output);
   if (!output) return report("query", output.error());
 
-  std::vector<Digest> digests(kChunk);
+  // Two input buffers: the next chunk is read on another thread while this
+  // one is probed and written.
+  std::array<std::vector<Digest>, 2> digests{std::vector<Digest>(kChunk),
+                                             std::vector<Digest>(kChunk)};
   std::vector<Answer> answers(kChunk);
-  std::string text;
+  std::vector<std::string> pieces(
+      std::max<std::size_t>(1, tbb::this_task_arena::max_concurrency()));
   std::uint64_t total = 0;
   std::uint64_t maybe = 0;
   Progress progress("querying", reader->size_hint(), "bytes");
-  while (true) {
-    auto got = reader->read(digests);
+  auto read_into = [&reader](std::vector<Digest>& buffer) { return reader->read(buffer); };
+  Result<std::size_t> got = read_into(digests[0]);
+  for (std::size_t current = 0;; current ^= 1) {
     if (!got) return report("query", got.error());
     if (*got == 0) break;
-    const std::span batch(digests.data(), *got);
-    if (auto done = filter->query(batch, answers, *backend); !done) {
-      return report("query", done.error());
+    const std::size_t count = *got;
+    auto next = std::async(std::launch::async, read_into, std::ref(digests[current ^ 1]));
+    const std::span batch(digests[current].data(), count);
+    const std::span batch_answers(answers.data(), count);
+    Result<void> done = filter->query(batch, batch_answers, *backend);
+    if (done) {
+      total += count;
+      maybe += static_cast<std::uint64_t>(
+          std::count(batch_answers.begin(), batch_answers.end(), Answer::kMaybe));
+      if (!options.summary) done = write_lines(*output, batch, batch_answers, pieces);
     }
-    total += *got;
-    text.clear();
-    for (std::size_t i = 0; i < *got; ++i) {
-      maybe += answers[i] == Answer::kMaybe ? 1 : 0;
-      if (options.summary) continue;
-      append_line(text, digests[i], answers[i]);
-      if (text.size() >= kTextPiece) {
-        if (auto wrote = output->write(text); !wrote) return report("query", wrote.error());
-        text.clear();
-      }
-    }
-    if (auto wrote = output->write(text); !wrote) return report("query", wrote.error());
+    got = next.get();  // joined before any return: the reader is not left in use
+    if (!done) return report("query", done.error());
     progress.update(reader->bytes_read());
   }
   if (options.summary) {

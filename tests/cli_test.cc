@@ -197,6 +197,50 @@ TEST_F(CliTest, MissingFilesAreClearErrors) {
   expect_failure(abf("digest " + path("nope.bin").string()), "io_error");
 }
 
+// More than one input chunk (2^20 digests) and many output pieces: the
+// read-ahead and the parallel formatting keep every line in input order.
+TEST_F(CliTest, QueryAnswersSeveralChunksInInputOrder) {
+  const std::size_t count = kAutoCudaMinBatch + 70'001;
+  const auto digests = test::random_digests(count, 21);
+  std::string records;
+  records.reserve(count * sizeof(Digest));
+  for (const auto& d : digests) records.append(reinterpret_cast<const char*>(d.bytes.data()), 32);
+  write("candidates.bin", records);
+  // Members: every 7th candidate, so answers alternate unpredictably.
+  std::vector<Digest> members;
+  for (std::size_t i = 0; i < count; i += 7) members.push_back(digests[i]);
+  auto filter = build_filter(members, BloomSpec{members.size(), 0.01});
+  ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+  ASSERT_TRUE(save_snapshot(*filter, path("c.abf")).has_value());
+  std::string expected;
+  expected.reserve(count * 72);
+  std::size_t maybe = 0;
+  for (const auto& d : digests) {
+    const bool hit = filter->might_contain(d);
+    maybe += hit ? 1 : 0;
+    expected += d.hex() + (hit ? "\tmaybe\n" : "\tabsent\n");
+  }
+  const CliRun run =
+      abf("query -s " + path("c.abf").string() + " -f bin --input " +
+          path("candidates.bin").string() + " --output " + path("answers.tsv").string());
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(test::read_file(path("answers.tsv")) == expected) << "answers differ";
+  const CliRun summary = abf("query -s " + path("c.abf").string() + " -f bin --summary --input " +
+                             path("candidates.bin").string());
+  EXPECT_EQ(summary.out, "total\t" + std::to_string(count) + "\nabsent\t" +
+                             std::to_string(count - maybe) + "\nmaybe\t" + std::to_string(maybe) +
+                             "\n");
+
+  // A torn last record, found in the second chunk: an error, and the
+  // existing output stays as it was.
+  write("candidates.bin", records + "torn");
+  write("answers.tsv", "old answers");
+  expect_failure(abf("query -s " + path("c.abf").string() + " -f bin --input " +
+                     path("candidates.bin").string() + " --output " + path("answers.tsv").string()),
+                 "invalid_digest");
+  EXPECT_EQ(test::read_file(path("answers.tsv")), "old answers");
+}
+
 TEST_F(CliTest, MalformedQueryDigestIsAnErrorNeverAbsent) {
   write("members.txt", hex_lines(10, 3));
   ASSERT_EQ(abf("build -n 10 -p 0.01 --input " + path("members.txt").string() + " -o " +
