@@ -27,9 +27,13 @@ struct QueryOptions {
   unsigned threads = 0;
 };
 
-// Digests per chunk: 32 MiB of records, large enough for --backend auto to
-// query on a GPU when there is one.
-constexpr std::size_t kChunk = kAutoCudaMinBatch;
+// Digests per chunk: 8 MiB of records. Deliberately below kAutoCudaMinBatch,
+// so --backend auto queries on the CPU: on a 16-core H200 host, a GPU query
+// of 1 GiB of digests (2^25) against a 114 MiB filter lost to SIMD end to
+// end, 806 against 612 ms (creating the CUDA context and uploading the
+// filter cost more than the GPU saved; docs/cuda.md). --backend cuda still
+// uses it.
+constexpr std::size_t kChunk = std::size_t{256} << 10;
 // Output lines formatted per task: about 4.6 MiB of text.
 constexpr std::size_t kLinesPerPiece = std::size_t{64} << 10;
 

@@ -197,7 +197,7 @@ TEST_F(CliTest, MissingFilesAreClearErrors) {
   expect_failure(abf("digest " + path("nope.bin").string()), "io_error");
 }
 
-// More than one input chunk (2^20 digests) and many output pieces: the
+// Several input chunks (256 Ki digests each) and many output pieces: the
 // read-ahead and the parallel formatting keep every line in input order.
 TEST_F(CliTest, QueryAnswersSeveralChunksInInputOrder) {
   const std::size_t count = kAutoCudaMinBatch + 70'001;
