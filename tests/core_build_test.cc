@@ -202,5 +202,20 @@ TEST(Backend, ParsesNamesAndHonoursTheEnvironment) {
   EXPECT_NE(resolve_backend(Backend::kAuto, 10).value(), Backend::kAuto);
 }
 
+// kAuto's GPU rule (given a device): large batches only, and queries only
+// against filters past the CPU's caches; builds at any filter size.
+TEST(Backend, AutoSendsOnlyLargeBatchesAndLargeQueryFiltersToTheGpu) {
+  static_assert(!auto_prefers_cuda(kAutoCudaMinBatch - 1, 0));
+  static_assert(auto_prefers_cuda(kAutoCudaMinBatch, 0));
+  static_assert(!auto_prefers_cuda(kAutoCudaMinBatch, kAutoCudaMinQueryFilterBytes - 8));
+  static_assert(auto_prefers_cuda(kAutoCudaMinBatch, kAutoCudaMinQueryFilterBytes));
+  static_assert(!auto_prefers_cuda(kAutoCudaMinBatch - 1, kAutoCudaMinQueryFilterBytes));
+  // Without a device kAuto never answers CUDA, whatever the batch.
+  if (!backend_available(Backend::kCuda)) {
+    EXPECT_EQ(resolve_backend(Backend::kAuto, kAutoCudaMinBatch, std::uint64_t{1} << 27).value(),
+              Backend::kSimd);
+  }
+}
+
 }  // namespace
 }  // namespace abf

@@ -30,7 +30,8 @@ Result<Backend> parse_backend(std::string_view name) {
               "unknown backend '" + std::string(name) + "' (expected auto, scalar, simd or cuda)");
 }
 
-Result<Backend> resolve_backend(Backend requested, std::size_t batch_size) {
+Result<Backend> resolve_backend(Backend requested, std::size_t batch_size,
+                                std::uint64_t query_filter_bytes) {
   if (requested != Backend::kAuto) return requested;
   if (const char* forced = std::getenv("ABF_BACKEND"); forced != nullptr && *forced != '\0') {
     auto parsed = parse_backend(forced);
@@ -40,7 +41,9 @@ Result<Backend> resolve_backend(Backend requested, std::size_t batch_size) {
     }
     if (*parsed != Backend::kAuto) return *parsed;
   }
-  if (batch_size >= kAutoCudaMinBatch && cuda_engine::device_present()) return Backend::kCuda;
+  if (auto_prefers_cuda(batch_size, query_filter_bytes) && cuda_engine::device_present()) {
+    return Backend::kCuda;
+  }
   return Backend::kSimd;
 }
 

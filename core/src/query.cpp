@@ -14,7 +14,7 @@ Result<void> Filter::query(std::span<const Digest> digests, std::span<Answer> an
                                                  std::to_string(answers.size()) + " entries for " +
                                                  std::to_string(digests.size()) + " digests");
   }
-  auto resolved = resolve_backend(backend, digests.size());
+  auto resolved = resolve_backend(backend, digests.size(), bit_count() / 8);
   if (!resolved) return std::unexpected(resolved.error());
   switch (*resolved) {
     case Backend::kScalar:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,18 +24,39 @@ enum class Backend {
 // kAuto picks CUDA (when a device is present) for batches of at least this
 // many digests; below it, copying them to the GPU costs more than probing
 // them with SIMD. Streaming callers that want kAuto to be able to choose the
-// GPU hand over chunks at least this large (the CLI does).
+// GPU hand over chunks at least this large (`abf build` does for large
+// inputs).
 inline constexpr std::size_t kAutoCudaMinBatch = std::size_t{1} << 20;
+
+// ... and for a query, only against a filter of at least this many bytes.
+// A smaller filter sits in the CPU's caches, where SIMD answers about as
+// fast as host memory can feed the GPU, or faster: on a 16-core host with
+// an H200, SIMD answered absent-heavy batches against 120 KB and 12 MB
+// filters 1.1-1.6x faster than the GPU, while against the 114 MiB filter
+// every query ran 1.3-2.4x faster on the GPU (docs/cuda.md). Builds have
+// no such floor: the GPU built 2-10x faster at every size.
+inline constexpr std::uint64_t kAutoCudaMinQueryFilterBytes = std::uint64_t{32} << 20;
+
+// The rule above, given a usable device: whether kAuto sends a batch of
+// `batch_size` digests to the GPU. `query_filter_bytes`: for a query, the
+// filter's size in bytes (bit_count / 8); 0 for a build.
+constexpr bool auto_prefers_cuda(std::size_t batch_size,
+                                 std::uint64_t query_filter_bytes) noexcept {
+  return batch_size >= kAutoCudaMinBatch &&
+         (query_filter_bytes == 0 || query_filter_bytes >= kAutoCudaMinQueryFilterBytes);
+}
 
 // "auto", "scalar", "simd", "cuda".
 std::string_view to_string(Backend backend) noexcept;
 // Parses those names; kInvalidArgument otherwise.
 Result<Backend> parse_backend(std::string_view name);
 
-// The backend `kAuto` resolves to for a batch of `batch_size` digests,
-// honouring ABF_BACKEND (kInvalidArgument if it names no backend). Never
-// returns kAuto; an explicit request is returned as it is.
-Result<Backend> resolve_backend(Backend requested, std::size_t batch_size);
+// The backend `kAuto` resolves to for a batch of `batch_size` digests
+// (query_filter_bytes as for auto_prefers_cuda), honouring ABF_BACKEND
+// (kInvalidArgument if it names no backend). Never returns kAuto; an
+// explicit request is returned as it is.
+Result<Backend> resolve_backend(Backend requested, std::size_t batch_size,
+                                std::uint64_t query_filter_bytes = 0);
 
 // Whether the backend can run here: compiled in, and for CUDA a device found.
 bool backend_available(Backend backend);
