@@ -14,8 +14,9 @@
 namespace abf {
 
 enum class Backend {
-  kAuto,    // the fastest available: CUDA for large batches when a device is
-            // present, else SIMD. ABF_BACKEND=scalar|simd|cuda overrides it.
+  kAuto,    // the fastest available: CUDA for large batches (queries: against
+            // large filters) when a device is present, else SIMD (the rule:
+            // auto_prefers_cuda). ABF_BACKEND=scalar|simd|cuda overrides it.
   kScalar,  // the reference: one digest at a time, plain `%`
   kSimd,    // Highway batch engine, best target chosen at run time
   kCuda,    // NVIDIA GPU; kBackendUnavailable without a build or a device
