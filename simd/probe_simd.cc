@@ -43,6 +43,17 @@ void InsertBatch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t ha
   }
 }
 
+void ScatterPositions(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                      const Digest* digests, std::size_t count,
+                      const simd::PositionBuckets& buckets) {
+  const auto constants = simd::ModConstants::of(bit_count);
+  simd::detail::BlockState& block = simd::detail::thread_scratch();
+  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+    ScatterBlock(words, hash_count, constants, digests + begin, n, buckets, block);
+  }
+}
+
 void ProbeStarts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
                  std::uint64_t* first, std::uint64_t* step) {
   const auto constants = simd::ModConstants::of(bit_count);
@@ -88,6 +99,7 @@ namespace abf::simd {
 
 HWY_EXPORT(QueryBatch);
 HWY_EXPORT(InsertBatch);
+HWY_EXPORT(ScatterPositions);
 HWY_EXPORT(ProbeStarts);
 HWY_EXPORT(ReduceBatch);
 HWY_EXPORT(TargetName);
@@ -100,6 +112,12 @@ void query_batch(const probe::FilterView& view, const Digest* digests, std::size
 void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
                   const Digest* digests, std::size_t count) noexcept {
   HWY_DYNAMIC_DISPATCH(InsertBatch)(words, bit_count, hash_count, digests, count);
+}
+
+void scatter_positions(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                       const Digest* digests, std::size_t count,
+                       const PositionBuckets& buckets) noexcept {
+  HWY_DYNAMIC_DISPATCH(ScatterPositions)(words, bit_count, hash_count, digests, count, buckets);
 }
 
 void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,

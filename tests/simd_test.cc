@@ -253,6 +253,86 @@ TEST_P(SimdEngineTest, InsertEqualsScalarForEveryHashCount) {
   }
 }
 
+// The partitioned build's scatter: every probe position lands in its
+// bucket exactly once, as its offset in the bucket's range, or, when the
+// bucket is full, is set in the words and counted. Small capacities make
+// buckets overflow; the adversarial digests repeat positions.
+TEST_P(SimdEngineTest, ScatterPutsEveryPositionInItsBucketOrInTheWords) {
+  for (const std::uint64_t m : small_bit_counts()) {
+    auto digests = test::random_digests(1100, m + 2);
+    const auto adversarial = adversarial_digests(m);
+    digests.insert(digests.end(), adversarial.begin(), adversarial.end());
+    for (const std::uint32_t k : {1u, 2u, 7u, 32u}) {
+      for (const unsigned range_bits : {6u, 9u, 20u}) {
+        const std::size_t bucket_count = static_cast<std::size_t>((m - 1) >> range_bits) + 1;
+        for (const std::uint32_t capacity : {1u, 5u, 4096u}) {
+          const std::size_t stride = capacity + 3;
+          if (bucket_count * stride > (std::size_t{1} << 22)) continue;  // keep it small
+          std::vector<std::uint32_t> entries(bucket_count * stride + 64, 0xFFFFFFFFu);
+          std::vector<std::uint32_t> fill(bucket_count, 0);
+          std::vector<std::uint64_t> words(m / 64, 0);
+          std::uint64_t overflowed = 0;
+          const simd::PositionBuckets buckets{range_bits,     capacity,    stride,
+                                              entries.data(), fill.data(), &overflowed};
+          // Two calls: the second appends behind the first.
+          const std::size_t half = digests.size() / 2;
+          simd::scatter_positions(words.data(), m, k, digests.data(), half, buckets);
+          simd::scatter_positions(words.data(), m, k, digests.data() + half, digests.size() - half,
+                                  buckets);
+          // Expected: every position, as (bucket, offset), in a multiset.
+          std::map<std::uint64_t, std::uint64_t> expected;
+          for (const Digest& digest : digests) {
+            std::uint64_t i = probe::first_index(probe::h1_of(digest.bytes.data()), m);
+            const std::uint64_t step = probe::step_of(probe::h2_of(digest.bytes.data()), m);
+            for (std::uint32_t j = 0; j < k; ++j, i = probe::advance(i, step, m)) ++expected[i];
+          }
+          // Bucketed positions, plus one per overflowed position set in words.
+          std::map<std::uint64_t, std::uint64_t> got;
+          std::uint64_t bucketed = 0;
+          for (std::size_t b = 0; b < bucket_count; ++b) {
+            ASSERT_LE(fill[b], capacity);
+            for (std::uint32_t e = 0; e < fill[b]; ++e) {
+              const std::uint32_t offset = entries[b * stride + e];
+              ASSERT_LT(offset, std::uint64_t{1} << range_bits);
+              ++got[(std::uint64_t{b} << range_bits) + offset];
+              ++bucketed;
+            }
+            for (std::size_t e = fill[b]; e < stride; ++e) {
+              ASSERT_EQ(entries[b * stride + e], 0xFFFFFFFFu) << "wrote past bucket " << b;
+            }
+          }
+          std::uint64_t total = 0;
+          for (const auto& [position, count] : expected) {
+            total += count;
+            const std::uint64_t in_buckets = got.contains(position) ? got[position] : 0;
+            ASSERT_LE(in_buckets, count) << "m " << m << " position " << position;
+            if (in_buckets < count) {  // the rest overflowed into the words
+              ASSERT_NE(words[position / 64] & probe::mask_of(position), 0u)
+                  << "m " << m << " k " << k << " position " << position;
+            }
+          }
+          ASSERT_EQ(bucketed + overflowed, total)
+              << "m " << m << " k " << k << " range_bits " << range_bits;
+          for (const auto& [position, count] : got) ASSERT_TRUE(expected.contains(position));
+          // No bit in the words that no overflowed position explains.
+          for (std::size_t w = 0; w < words.size(); ++w) {
+            for (std::uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+              const std::uint64_t position = 64 * w + std::countr_zero(bits);
+              ASSERT_TRUE(expected.contains(position)) << "stray bit " << position;
+            }
+          }
+          if (total <= capacity) {
+            EXPECT_EQ(overflowed, 0u) << "m " << m;
+          }
+          if (capacity == 1 && bucket_count < total) {
+            EXPECT_GT(overflowed, 0u) << "m " << m;
+          }
+        }
+      }
+    }
+  }
+}
+
 // m = 2^30 - 64 and 2^30: 128 MiB bitsets, allocated once for the suite.
 struct LargeBitsets {
   std::vector<std::uint64_t> a = std::vector<std::uint64_t>(kMaxM / 64, 0);

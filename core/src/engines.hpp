@@ -29,6 +29,24 @@ void query_batch(const probe::FilterView& view, const Digest* digests, std::size
                  Answer* answers) noexcept;
 void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
                   const Digest* digests, std::size_t count) noexcept;
+
+// The buckets of one slot of a partitioned build (core/src/partition.hpp):
+// bucket b gathers the probe positions of bits [b << range_bits,
+// (b + 1) << range_bits), each as its offset within that range.
+struct PositionBuckets {
+  unsigned range_bits = 20;
+  std::uint32_t capacity = 0;           // entries a bucket holds
+  std::size_t stride = 0;               // entries from one bucket's start to the next
+  std::uint32_t* entries = nullptr;     // bucket b: entries[b * stride + i], i < fill[b]
+  std::uint32_t* fill = nullptr;        // per bucket
+  std::uint64_t* overflowed = nullptr;  // required: += positions set directly (bucket full)
+};
+// Appends the k probe positions of every digest to `buckets`. A position
+// whose bucket is full is set in `words` right away, with an atomic OR, so
+// concurrent scatters into different slots may share `words`.
+void scatter_positions(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
+                       const Digest* digests, std::size_t count,
+                       const PositionBuckets& buckets) noexcept;
 // Name of the Highway target query_batch dispatches to now.
 std::string target_name();
 // Names of every target compiled in and supported by this CPU.
