@@ -1,6 +1,6 @@
 // The three ways parallel shards can merge their bits (core/src/parallel.hpp),
-// and the parallel query, at one thread and at every core, across filter
-// sizes in L2, LLC and DRAM. docs/parallel.md quotes these numbers.
+// the partitioned build (core/src/partition.hpp), and the parallel query, at one thread and at
+// every core, across filter sizes in L2, LLC and DRAM. docs/parallel.md quotes these numbers.
 //
 //   abf_bench --benchmark_filter='Parallel' --benchmark_min_time=0.5s
 #include <benchmark/benchmark.h>
@@ -15,6 +15,7 @@
 #include "abf/filter.hpp"
 #include "engines.hpp"
 #include "parallel.hpp"
+#include "partition.hpp"
 
 namespace {
 
@@ -91,6 +92,29 @@ void BM_ParallelBuild(benchmark::State& state) {
   state.SetLabel(strategy < 0 ? "serial_simd" : kNames[strategy]);
 }
 
+// The partitioned build (core/src/partition.hpp) in its steady state: the
+// buckets are allocated once, each iteration scatters the batch over one
+// slot per thread and applies every bucket. Args: bits, threads, range_bits,
+// budget in MiB (0: the default, half the filter).
+void BM_PartitionedBuild(benchmark::State& state) {
+  const auto bits = static_cast<std::uint64_t>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const abf::detail::PartitionTuning tuning{static_cast<unsigned>(state.range(2)),
+                                            static_cast<std::size_t>(state.range(3)) << 20};
+  auto words = abf::allocate_words(bits / 64);
+  const auto& input = digests();
+  in_arena(threads, [&] {
+    abf::detail::PartitionedBuild build(bits, kHashCount, static_cast<std::size_t>(threads),
+                                        tuning);
+    for (auto _ : state) {
+      build.add(words.get(), input.data(), input.size());
+      build.flush(words.get());
+      benchmark::ClobberMemory();
+    }
+  });
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * input.size()));
+}
+
 // Args: bits, threads. The filter holds bits / 10 digests (about half full),
 // the queries are the other digests: mostly absent, as in service.
 void BM_ParallelQuery(benchmark::State& state) {
@@ -121,6 +145,15 @@ void build_args(benchmark::internal::Benchmark* b) {
   }
 }
 
+void partition_args(benchmark::internal::Benchmark* b) {
+  for (const auto bits : {kLlcBits, kDramBits}) {
+    for (std::int64_t threads = 1; threads <= hardware_threads(); threads *= 2) {
+      for (const std::int64_t range_bits : {18, 20, 22}) b->Args({bits, threads, range_bits, 0});
+      b->Args({bits, threads, 20, 16});
+    }
+  }
+}
+
 void query_args(benchmark::internal::Benchmark* b) {
   for (const auto bits : {kL2Bits, kLlcBits, kDramBits}) {
     for (std::int64_t threads = 1; threads <= hardware_threads(); threads *= 2) {
@@ -132,6 +165,11 @@ void query_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_ParallelBuild)
     ->Apply(build_args)
     ->ArgNames({"bits", "threads", "strategy"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PartitionedBuild)
+    ->Apply(partition_args)
+    ->ArgNames({"bits", "threads", "range_bits", "budget_mib"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParallelQuery)

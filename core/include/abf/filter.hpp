@@ -89,16 +89,24 @@ std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
 namespace cuda_engine {
 class DeviceLane;  // a bitset on the GPU (core/src/engines.hpp)
 }
+namespace detail {
+class PartitionedBuild;  // bucketed positions (core/src/partition.hpp)
+}
 
 // Fills a filter in chunks, so input of any size streams through a bounded
 // buffer. Not thread-safe; `add` itself may use every core.
 //
-// With several threads and large chunks, the builder keeps up to 256 MiB of
-// private per-thread bitsets ("lanes") across `add` calls, each thread
-// filling its own at the engine's full speed, and ORs them into the filter
-// once in `finish`. A chunk added with Backend::kCuda goes into a lane on
-// the GPU, likewise ORed in once. OR is commutative, so the bytes never
-// depend on which chunk went where.
+// Filters of 32 MiB and more (beyond a last-level cache) are built
+// partitioned: every thread sorts its digests' bit positions into buckets by
+// 128 KiB range of the bitset, and full buckets are applied range by range,
+// each range loaded once (core/src/partition.hpp). That takes as much
+// memory as the filter, at most 128 MiB, beside it; the buffers of the last
+// build are kept for the next. Smaller filters, with several threads and large chunks, get
+// up to 256 MiB of private per-thread bitsets ("lanes") kept across `add`
+// calls, each thread filling its own at the engine's full speed, ORed into
+// the filter once in `finish`. A chunk added with Backend::kCuda goes into a
+// lane on the GPU, likewise ORed in once. OR is commutative, so the bytes
+// never depend on which chunk went where.
 class FilterBuilder {
  public:
   // Chooses the layout (section 3 errors) and allocates the bitset.
@@ -129,8 +137,9 @@ class FilterBuilder {
   FilterInfo info_;
   std::shared_ptr<std::uint64_t> words_;
   std::size_t word_count_ = 0;
-  std::vector<std::shared_ptr<std::uint64_t>> lanes_;     // private bitsets beside words_
-  std::unique_ptr<cuda_engine::DeviceLane> device_lane_;  // opened by the first CUDA add
+  std::vector<std::shared_ptr<std::uint64_t>> lanes_;      // private bitsets beside words_
+  std::unique_ptr<cuda_engine::DeviceLane> device_lane_;   // opened by the first CUDA add
+  std::unique_ptr<detail::PartitionedBuild> partitioned_;  // filters beyond the LLC
 };
 
 // Builds a filter from digests in memory: checks the spec, then capacity,

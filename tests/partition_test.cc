@@ -1,0 +1,211 @@
+// The partitioned build (core/src/partition.cpp) against the scalar
+// reference: the bitset may not depend on the slot or thread count, the
+// bucket range, the round size, how the digests arrive in add() calls, or
+// whether positions went through a bucket or overflowed into the words.
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "abf/filter.hpp"
+#include "abf/snapshot.hpp"
+#include "engines.hpp"
+#include "partition.hpp"
+#include "test_support.hpp"
+
+namespace abf {
+namespace {
+
+using detail::PartitionedBuild;
+using detail::PartitionTuning;
+
+int max_threads() {
+  return 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+template <class Body>
+void with_threads(int threads, Body&& body) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                            static_cast<std::size_t>(threads));
+  tbb::task_arena arena(threads);
+  arena.execute(body);
+}
+
+std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
+                                       std::span<const Digest> digests) {
+  std::vector<std::uint64_t> words(bit_count / 64, 0);
+  scalar::insert_batch(words.data(), bit_count, hash_count, digests.data(), digests.size());
+  return words;
+}
+
+// Adds `digests` in chunks of the given sizes (the last repeats), then flushes.
+std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32_t hash_count,
+                                            std::size_t slots, const PartitionTuning& tuning,
+                                            std::span<const Digest> digests,
+                                            std::span<const std::size_t> chunks,
+                                            std::uint64_t* overflowed = nullptr) {
+  std::vector<std::uint64_t> words(bit_count / 64, 0);
+  PartitionedBuild build(bit_count, hash_count, slots, tuning);
+  std::size_t offset = 0;
+  for (std::size_t c = 0; offset < digests.size(); ++c) {
+    const std::size_t size =
+        std::min(chunks[std::min(c, chunks.size() - 1)], digests.size() - offset);
+    build.add(words.data(), digests.data() + offset, size);
+    offset += size;
+  }
+  build.flush(words.data());
+  if (overflowed != nullptr) *overflowed = build.overflowed();
+  return words;
+}
+
+struct Geometry {
+  std::uint64_t bit_count;
+  std::uint32_t hash_count;
+};
+constexpr Geometry kGeometries[] = {
+    {64, 1}, {64, 32}, {9600, 7}, {191872, 7}, {std::uint64_t{1} << 20, 10}, {1437824, 32}};
+
+TEST(PartitionedBuild, EqualsScalarForEveryGeometryThreadCountRangeAndRoundSize) {
+  const auto digests = test::random_digests(6000, 41);
+  const std::size_t chunks[] = {1, 7, 1000, 64, 2500};
+  for (const auto& [m, k] : kGeometries) {
+    const auto expected = scalar_bits(m, k, digests);
+    for (int threads = 1; threads <= max_threads(); ++threads) {
+      with_threads(threads, [&] {
+        // Ranges of one word up to the default; budgets from one that makes
+        // every round a handful of digests (and buckets overflow) to the
+        // default of half the filter.
+        for (const unsigned range_bits : {6u, 9u, 13u, 20u}) {
+          for (const std::size_t budget : {std::size_t{1}, std::size_t{64} << 10, std::size_t{0}}) {
+            const PartitionTuning tuning{range_bits, budget};
+            EXPECT_EQ(
+                partitioned_bits(m, k, static_cast<std::size_t>(threads), tuning, digests, chunks),
+                expected)
+                << "m=" << m << " k=" << k << " threads=" << threads << " range_bits=" << range_bits
+                << " budget=" << budget;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(PartitionedBuild, SlotsNeedNotMatchTheThreads) {
+  // More slots than threads, and fewer: each slot is one task's at a time.
+  const auto digests = test::random_digests(20000, 42);
+  const std::size_t chunks[] = {3333};
+  const auto expected = scalar_bits(1437824, 7, digests);
+  for (const std::size_t slots : {1u, 3u, 16u}) {
+    for (const int threads : {1, 2, max_threads()}) {
+      with_threads(threads, [&] {
+        EXPECT_EQ(partitioned_bits(1437824, 7, slots, {12, 64 << 10}, digests, chunks), expected)
+            << slots << " slots, " << threads << " threads";
+      });
+    }
+  }
+}
+
+TEST(PartitionedBuild, IsIndependentOfInputOrder) {
+  auto digests = test::random_digests(30000, 43);
+  const auto expected = scalar_bits(1437824, 10, digests);
+  std::mt19937_64 random(44);
+  const std::size_t chunks[] = {4096};
+  for (int round = 0; round < 3; ++round) {
+    std::ranges::shuffle(digests, random);
+    with_threads(max_threads(), [&] {
+      EXPECT_EQ(partitioned_bits(1437824, 10, static_cast<std::size_t>(max_threads()), {14, 0},
+                                 digests, chunks),
+                expected);
+    });
+  }
+}
+
+TEST(PartitionedBuild, AFloodOfOneDigestOverflowsItsBucketsAndStaysExact) {
+  // Dedup input: one digest 50,000 times among random ones. Its k buckets
+  // fill long before the round ends; the rest of its positions take the
+  // atomic path, concurrently from every slot.
+  auto digests = test::random_digests(20000, 45);
+  const Digest repeated = digests[17];
+  digests.insert(digests.end(), 50000, repeated);
+  std::ranges::shuffle(digests, std::mt19937_64(46));
+  const std::uint64_t m = std::uint64_t{1} << 20;
+  const auto expected = scalar_bits(m, 7, digests);
+  const std::size_t chunks[] = {10000};
+  with_threads(max_threads(), [&] {
+    std::uint64_t overflowed = 0;
+    EXPECT_EQ(partitioned_bits(m, 7, static_cast<std::size_t>(max_threads()), {9, 256 << 10},
+                               digests, chunks, &overflowed),
+              expected);
+    EXPECT_GT(overflowed, 0u);
+  });
+}
+
+TEST(PartitionedBuild, RandomDigestsStayOffTheAtomicPathWithTheDefaultTuning) {
+  // The default buckets hold a round with 25% headroom: uniformly random
+  // digests never fill one.
+  const auto digests = test::random_digests(400000, 47);
+  const std::uint64_t m = std::uint64_t{1} << 26;  // 8 MiB, 64 buckets
+  const auto expected = scalar_bits(m, 7, digests);
+  const std::size_t chunks[] = {65536};
+  for (const std::size_t slots : {1u, 2u}) {
+    std::uint64_t overflowed = 0;
+    EXPECT_EQ(partitioned_bits(m, 7, slots, {}, digests, chunks, &overflowed), expected);
+    EXPECT_EQ(overflowed, 0u) << slots << " slots";
+  }
+}
+
+TEST(PartitionedBuild, SizesItsRoundsFromTheBudget) {
+  // Default: the filter's size in entries (at most 128 MiB), shared by the
+  // slots; a round fills the buckets to 80%.
+  const std::uint64_t m = std::uint64_t{1} << 30;  // 128 MiB: 1024 buckets of 2^20 bits
+  const PartitionedBuild one(m, 7, 1);
+  EXPECT_EQ(one.bucket_count(), 1024u);
+  EXPECT_EQ(one.bucket_capacity(), (128u << 20) / 4 / 1024);
+  EXPECT_EQ(one.round_digests(), std::size_t{32768} * 1024 * 4 / 5 / 7);
+  const PartitionedBuild small(std::uint64_t{1} << 28, 7, 1);  // 32 MiB: 256 buckets
+  EXPECT_EQ(small.bucket_capacity(), (32u << 20) / 4 / 256);
+  const PartitionedBuild four(m, 7, 4);
+  EXPECT_EQ(four.bucket_capacity(), one.bucket_capacity() / 4);
+  // A bucket never holds fewer than 64 entries, whatever the budget.
+  const PartitionedBuild tiny(m, 7, 4, {20, 1});
+  EXPECT_EQ(tiny.bucket_capacity(), 64u);
+}
+
+TEST(PartitionedBuild, BuilderPartitionsFiltersBeyondTheLlcAndEqualsTheScalarBuild) {
+  // 30M expected items at p = 0.01: a 34 MiB filter, past
+  // kPartitionMinBytes, so FilterBuilder takes the partitioned path.
+  const BloomSpec spec{30'000'000, 0.01};
+  const auto digests = test::random_digests(300'000, 48);
+  auto reference = build_filter(digests, spec, 5, Backend::kScalar);
+  ASSERT_TRUE(reference.has_value());
+  ASSERT_GE(reference->bit_count() / 8, detail::kPartitionMinBytes);
+  const auto expected = serialize_snapshot(*reference);
+  for (const int threads : {1, 2, 3}) {
+    with_threads(threads, [&] {
+      auto builder = FilterBuilder::create(spec, 5);
+      ASSERT_TRUE(builder.has_value());
+      std::size_t offset = 0;
+      // SIMD chunks through the buckets, a scalar chunk straight into the
+      // bits in between: both end up in the one bitset.
+      for (const auto& [size, backend] :
+           {std::pair{100'000u, Backend::kSimd}, std::pair{1u, Backend::kSimd},
+            std::pair{50'000u, Backend::kScalar}, std::pair{149'999u, Backend::kAuto}}) {
+        ASSERT_TRUE(builder->add(std::span(digests).subspan(offset, size), backend));
+        offset += size;
+      }
+      ASSERT_EQ(offset, digests.size());
+      auto finished = std::move(*builder).finish();
+      ASSERT_TRUE(finished.has_value()) << finished.error().describe();
+      EXPECT_EQ(serialize_snapshot(*finished), expected) << threads << " threads";
+    });
+  }
+}
+
+}  // namespace
+}  // namespace abf
