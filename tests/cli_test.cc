@@ -241,6 +241,41 @@ TEST_F(CliTest, QueryAnswersSeveralChunksInInputOrder) {
   EXPECT_EQ(test::read_file(path("answers.tsv")), "old answers");
 }
 
+TEST_F(CliTest, BuildStreamsSeveralChunksWhileReadingAhead) {
+  // Three chunks of 256 Ki digests (the read of each overlaps the insert of
+  // the one before): the snapshot is the in-memory build's, byte for byte.
+  const std::size_t count = 2 * (std::size_t{1} << 18) + 12'345;
+  const auto digests = test::random_digests(count, 22);
+  std::string records;
+  records.reserve(count * sizeof(Digest));
+  for (const auto& d : digests) records.append(reinterpret_cast<const char*>(d.bytes.data()), 32);
+  write("members.bin", records);
+  auto filter = build_filter(digests, BloomSpec{count, 0.01}, 4);
+  ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+  const auto expected = serialize_snapshot(*filter);
+  const CliRun run =
+      abf("build -n " + std::to_string(count) + " -p 0.01 --catalog-version 4 -f bin --input " +
+          path("members.bin").string() + " --output " + path("c.abf").string());
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string written = test::read_file(path("c.abf"));
+  EXPECT_TRUE(written == std::string(expected.begin(), expected.end())) << "snapshot differs";
+
+  // A torn last record, found in the third chunk: an error, and the
+  // existing snapshot stays as it was.
+  write("members.bin", records + "torn");
+  write("c.abf", "old snapshot");
+  expect_failure(abf("build -n " + std::to_string(count) + " -p 0.01 -f bin --input " +
+                     path("members.bin").string() + " --output " + path("c.abf").string()),
+                 "invalid_digest");
+  EXPECT_EQ(test::read_file(path("c.abf")), "old snapshot");
+  // One digest too many, also found only in the third chunk.
+  write("members.bin", records);
+  expect_failure(abf("build -n " + std::to_string(count - 1) + " -p 0.01 -f bin --input " +
+                     path("members.bin").string() + " --output " + path("c.abf").string()),
+                 "capacity_exceeded");
+  EXPECT_EQ(test::read_file(path("c.abf")), "old snapshot");
+}
+
 TEST_F(CliTest, MalformedQueryDigestIsAnErrorNeverAbsent) {
   write("members.txt", hex_lines(10, 3));
   ASSERT_EQ(abf("build -n 10 -p 0.01 --input " + path("members.txt").string() + " -o " +
