@@ -37,8 +37,13 @@ inline void prefetch_for_write(const void* p) {
 
 using Entries = std::unique_ptr<std::uint32_t, void (*)(void*)>;
 
+// Buffers of 2 MiB and more take whole huge pages; smaller ones (many
+// slots) whole cache lines, so rounding never multiplies the budget.
+std::size_t entry_alignment(std::size_t bytes) { return bytes >= kHugePage ? kHugePage : 64; }
 std::size_t entry_bytes(std::size_t count) {
-  return (count * sizeof(std::uint32_t) + kHugePage - 1) / kHugePage * kHugePage;
+  const std::size_t bytes = count * sizeof(std::uint32_t);
+  const std::size_t alignment = entry_alignment(bytes);
+  return (bytes + alignment - 1) / alignment * alignment;
 }
 
 // The entry buffers of the last finished build, reused by the next build of
@@ -79,9 +84,9 @@ class EntriesPool {
 Entries allocate_entries(std::size_t count) {
   const std::size_t bytes = entry_bytes(count);
   if (Entries reused = EntriesPool::instance().take(bytes)) return reused;
-  void* memory = std::aligned_alloc(kHugePage, bytes);
+  void* memory = std::aligned_alloc(entry_alignment(bytes), bytes);
   if (memory == nullptr) throw std::bad_alloc();
-  madvise(memory, bytes, MADV_HUGEPAGE);  // advice; may be ignored
+  if (bytes >= kHugePage) madvise(memory, bytes, MADV_HUGEPAGE);  // advice; may be ignored
   return {static_cast<std::uint32_t*>(memory), std::free};
 }
 
