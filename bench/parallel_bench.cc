@@ -1,5 +1,6 @@
 // The three ways parallel shards can merge their bits (core/src/parallel.hpp),
-// the partitioned build (core/src/partition.hpp), and the parallel query, at one thread and at
+// the partitioned build (core/src/partition.hpp), the parallel query, and
+// what a second thread gets from the machine itself (compute, bandwidth), at one thread and at
 // every core, across filter sizes in L2, LLC and DRAM. docs/parallel.md quotes these numbers.
 //
 //   abf_bench --benchmark_filter='Parallel' --benchmark_min_time=0.5s
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "engines.hpp"
 #include "parallel.hpp"
 #include "partition.hpp"
+#include "probe_simd.h"
 
 namespace {
 
@@ -136,6 +139,63 @@ void BM_ParallelQuery(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * input.size()));
 }
 
+// What the machine itself gives a second thread, as references for the
+// scaling of the builds and queries above. Each thread runs its own copy of
+// the work (no sharing), `threads` at once:
+//   ProbeStartsScaling: the SIMD engine's vector reduction over 1024 digests
+//     that stay in L1, so pure vector compute;
+//   StreamReadScaling: a sequential sum over a private 256 MiB buffer, so
+//     DRAM bandwidth.
+// items/s over all threads; perfect scaling doubles it at 2 threads.
+template <class Work>
+void run_on_threads(int threads, const Work& work) {
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(work, t);
+  work(0);
+  for (auto& helper : helpers) helper.join();
+}
+
+void BM_ProbeStartsScaling(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr std::size_t kDigests = 1024;
+  constexpr int kRounds = 20000;
+  const std::vector<Digest> input(digests().begin(), digests().begin() + kDigests);
+  std::vector<std::uint64_t> sinks(static_cast<std::size_t>(threads) * 8);
+  for (auto _ : state) {
+    run_on_threads(threads, [&](int t) {
+      std::vector<std::uint64_t> first(kDigests), step(kDigests);
+      for (int round = 0; round < kRounds; ++round) {
+        abf::simd::probe_starts(kDramBits, input.data(), kDigests, first.data(), step.data());
+        sinks[static_cast<std::size_t>(t) * 8] += first[static_cast<std::size_t>(round) % kDigests];
+      }
+    });
+  }
+  benchmark::DoNotOptimize(sinks.data());
+  state.SetItemsProcessed(
+      static_cast<std::int64_t>(state.iterations() * threads * kRounds * kDigests));
+}
+
+void BM_StreamReadScaling(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr std::size_t kWords = std::size_t{32} << 20;  // 256 MiB a thread
+  std::vector<std::shared_ptr<std::uint64_t>> buffers;
+  for (int t = 0; t < threads; ++t) {
+    buffers.push_back(abf::allocate_words(kWords));
+    std::iota(buffers.back().get(), buffers.back().get() + kWords, std::uint64_t{1});
+  }
+  std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads) * 8);
+  for (auto _ : state) {
+    run_on_threads(threads, [&](int t) {
+      const std::uint64_t* words = buffers[static_cast<std::size_t>(t)].get();
+      sums[static_cast<std::size_t>(t) * 8] =
+          std::accumulate(words, words + kWords, std::uint64_t{0});
+    });
+  }
+  benchmark::DoNotOptimize(sums.data());
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * threads * kWords * sizeof(std::uint64_t)));
+}
+
 void build_args(benchmark::internal::Benchmark* b) {
   for (const auto bits : {kL2Bits, kLlcBits, kDramBits}) {
     b->Args({bits, 1, -1});
@@ -170,6 +230,16 @@ BENCHMARK(BM_ParallelBuild)
 BENCHMARK(BM_PartitionedBuild)
     ->Apply(partition_args)
     ->ArgNames({"bits", "threads", "range_bits", "budget_mib"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ProbeStartsScaling)
+    ->DenseRange(1, 2)
+    ->ArgName("threads")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StreamReadScaling)
+    ->DenseRange(1, 2)
+    ->ArgName("threads")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParallelQuery)
