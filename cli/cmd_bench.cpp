@@ -207,7 +207,7 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
       for (std::size_t b = 0; b < backends.size(); ++b) {
         const Backend backend = backends[b];
         // build: `batch` members into a fresh bitset of the scenario's size,
-        // from create() to the finished Filter (lanes merged).
+        // from create() to the finished Filter (lanes merged, buckets applied).
         Result<void> done;
         const double build = arena.execute([&] {
           return seconds_of([&] {

@@ -132,7 +132,8 @@ Command add_build_command(CLI::App& root) {
   CLI::App* app =
       root.add_subcommand("build", "Build a filter from digests and save it as an ABF1 snapshot");
   app->footer(
-      "Input streams in chunks, so memory stays the filter plus a fixed buffer; more digests\n"
+      "Input streams in chunks, so memory stays the filter plus bounded buffers (two input\n"
+      "chunks, and per-thread bitsets or position buckets: at most 320 MiB); more digests\n"
       "than --expected-items is an error (capacity_exceeded), never a silent overfill.\n"
       "Examples:\n"
       "  abf digest blobs/* | abf build -n 1000000 -p 0.001 --output catalog.abf\n"
