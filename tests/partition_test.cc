@@ -160,6 +160,18 @@ TEST(PartitionedBuild, RandomDigestsStayOffTheAtomicPathWithTheDefaultTuning) {
   }
 }
 
+TEST(PartitionedBuild, ClampsRangesToAWordAndToTheLargestFilter) {
+  const auto digests = test::random_digests(3000, 49);
+  const std::size_t chunks[] = {1000};
+  const auto expected = scalar_bits(191872, 7, digests);
+  for (const unsigned range_bits : {0u, 5u, 31u, 63u, 200u}) {
+    EXPECT_EQ(partitioned_bits(191872, 7, 2, {range_bits, 0}, digests, chunks), expected)
+        << "range_bits=" << range_bits;
+  }
+  EXPECT_EQ(PartitionedBuild(191872, 7, 1, {0, 0}).bucket_count(), 191872u / 64);
+  EXPECT_EQ(PartitionedBuild(191872, 7, 1, {63, 0}).bucket_count(), 1u);
+}
+
 TEST(PartitionedBuild, SizesItsRoundsFromTheBudget) {
   // Default: the filter's size in entries (at most 128 MiB), shared by the
   // slots; a round fills the buckets to 80%.

@@ -96,7 +96,7 @@ PartitionedBuild::PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_c
                                    std::size_t slots, const PartitionTuning& tuning)
     : bit_count_(bit_count),
       hash_count_(hash_count),
-      range_bits_(std::max(6u, tuning.range_bits)),
+      range_bits_(std::clamp(tuning.range_bits, 6u, 30u)),  // a word .. kMaxBitCount
       bucket_count_(static_cast<std::size_t>((bit_count + (std::uint64_t{1} << range_bits_) - 1) >>
                                              range_bits_)) {
   slots = std::max<std::size_t>(1, slots);
@@ -105,7 +105,8 @@ PartitionedBuild::PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_c
     budget = std::clamp<std::size_t>(bit_count / 8, std::size_t{1} << 20, std::size_t{128} << 20);
   }
   const std::size_t per_slot = budget / sizeof(std::uint32_t) / slots;
-  capacity_ = static_cast<std::uint32_t>(std::max<std::size_t>(64, per_slot / bucket_count_));
+  capacity_ = static_cast<std::uint32_t>(
+      std::clamp<std::size_t>(per_slot / bucket_count_, 64, std::size_t{1} << 30));
   stride_ = capacity_ + kBucketPadding;
   // A round fills the buckets to 80% on average: the headroom keeps random
   // digests off the atomic path (a bucket of 1000 entries is then 7 standard

@@ -35,9 +35,9 @@ namespace abf::detail {
 inline constexpr std::uint64_t kPartitionMinBytes = std::uint64_t{32} << 20;
 
 struct PartitionTuning {
-  // A bucket covers 2^range_bits bits. 2^20 bits (128 KiB) leaves room in a
-  // 1 MiB L2 for the next range, prefetched while this one is set; 2^21
-  // measured 5-10% slower at dram.
+  // A bucket covers 2^range_bits bits (6..30). 2^20 bits (128 KiB) leaves
+  // room in a 1 MiB L2 for the next range, prefetched while this one is
+  // set; docs/parallel.md has 2^18 and 2^22.
   unsigned range_bits = 20;
   // Bytes of bucket entries over all slots. 0: as much as the filter, at
   // most 128 MiB. Half that measured 5-15% slower (every round streams the
