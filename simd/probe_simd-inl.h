@@ -466,7 +466,7 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
 // partitioned build's scatter; core/src/partition.hpp). Vectors expand the
 // positions kStraight digests at a time; the append is scalar, a load and two
 // stores a position, and the bucket's next lines are prefetched for writing
-// (measured 10.3 against 11.0 ns a digest at dram, k = 7). A full bucket
+// (measured 10.0 against 11.6 ns a digest at dram, k = 7). A full bucket
 // sends its position straight to `words` with an atomic OR: rare for random
 // digests (buckets are sized with headroom), and it keeps a flood of one
 // repeated digest correct without ending the round.
