@@ -2,14 +2,11 @@
 // reference: the bitset and the answers may not depend on the thread count,
 // the shard size, the merge strategy or the input order.
 #include <gtest/gtest.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "abf/filter.hpp"
@@ -17,6 +14,7 @@
 #include "engines.hpp"
 #include "parallel.hpp"
 #include "test_support.hpp"
+#include "thread_support.hpp"
 
 namespace abf {
 namespace {
@@ -24,29 +22,9 @@ namespace {
 using detail::MergeStrategy;
 using detail::ParallelOptions;
 
-int max_threads() {
-  return 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Runs `body` in an arena of exactly `threads` threads (more than the cores
-// is allowed: global_control lifts TBB's default cap of one worker per core).
-template <class Body>
-void with_threads(int threads, Body&& body) {
-  tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
-                            static_cast<std::size_t>(threads));
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
-    ASSERT_EQ(tbb::this_task_arena::max_concurrency(), threads);
-    body();
-  });
-}
-
-std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
-                                       const std::vector<Digest>& digests) {
-  std::vector<std::uint64_t> words(bit_count / 64, 0);
-  scalar::insert_batch(words.data(), bit_count, hash_count, digests.data(), digests.size());
-  return words;
-}
+using test::max_threads;
+using test::scalar_bits;
+using test::with_threads;
 
 std::vector<std::uint64_t> parallel_bits(const ParallelOptions& options, std::uint64_t bit_count,
                                          std::uint32_t hash_count,

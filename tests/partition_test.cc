@@ -3,14 +3,11 @@
 // bucket range, the round size, how the digests arrive in add() calls, or
 // whether positions went through a bucket or overflowed into the words.
 #include <gtest/gtest.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "abf/filter.hpp"
@@ -18,6 +15,7 @@
 #include "engines.hpp"
 #include "partition.hpp"
 #include "test_support.hpp"
+#include "thread_support.hpp"
 
 namespace abf {
 namespace {
@@ -25,24 +23,9 @@ namespace {
 using detail::PartitionedBuild;
 using detail::PartitionTuning;
 
-int max_threads() {
-  return 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-template <class Body>
-void with_threads(int threads, Body&& body) {
-  tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
-                            static_cast<std::size_t>(threads));
-  tbb::task_arena arena(threads);
-  arena.execute(body);
-}
-
-std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
-                                       std::span<const Digest> digests) {
-  std::vector<std::uint64_t> words(bit_count / 64, 0);
-  scalar::insert_batch(words.data(), bit_count, hash_count, digests.data(), digests.size());
-  return words;
-}
+using test::max_threads;
+using test::scalar_bits;
+using test::with_threads;
 
 // Adds `digests` in chunks of the given sizes (the last repeats), then flushes.
 std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32_t hash_count,

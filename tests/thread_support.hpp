@@ -1,0 +1,47 @@
+// Shared helpers for the tests that sweep thread counts (parallel_test,
+// partition_test): an arena of an exact size, and the scalar reference bits.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "abf/digest.hpp"
+#include "engines.hpp"
+
+namespace abf::test {
+
+// Twice the cores: more threads than cores must work too.
+inline int max_threads() {
+  return 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Runs `body` in an arena of exactly `threads` threads (more than the cores
+// is allowed: global_control lifts TBB's default cap of one worker per core).
+template <class Body>
+void with_threads(int threads, Body&& body) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                            static_cast<std::size_t>(threads));
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    ASSERT_EQ(tbb::this_task_arena::max_concurrency(), threads);
+    body();
+  });
+}
+
+// The scalar reference build of `digests` into a fresh bitset of bit_count bits.
+inline std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
+                                              std::span<const Digest> digests) {
+  std::vector<std::uint64_t> words(bit_count / 64, 0);
+  scalar::insert_batch(words.data(), bit_count, hash_count, digests.data(), digests.size());
+  return words;
+}
+
+}  // namespace abf::test
