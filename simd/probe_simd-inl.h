@@ -392,6 +392,22 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
   for (std::size_t t = 0; t < active; ++t) answers[state[t] >> 32] = Answer::kMaybe;
 }
 
+// block.state[i] = first position and block.step[i] = step of digests[i],
+// i < count <= kBlock, zero-padded to whole vectors (ExpandPositions reads
+// whole vectors; kBlock is a multiple of the lane count). Insert and scatter.
+HWY_INLINE void StartsOfBlock(const simd::ModConstants& constants, const Digest* digests,
+                              std::size_t count, simd::detail::BlockState& block) {
+  std::uint64_t* HWY_RESTRICT first = block.state;
+  std::uint64_t* HWY_RESTRICT step = block.step;
+  ComputeStarts(constants, digests, count, step,
+                [first](auto dn, std::size_t i, auto v) { hn::StoreU(v, dn, first + i); });
+  const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
+  for (std::size_t i = count; i % lanes != 0; ++i) {
+    first[i] = 0;
+    step[i] = 0;
+  }
+}
+
 // Sets the k bits of count <= kBlock digests, insert_batch_size() digests at
 // a time: vectors expand all their positions, large filters prefetch every
 // line of the next batch (for writing) and the next block's digests, then a
@@ -403,13 +419,7 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
                             simd::detail::BlockState& block) {
   std::uint64_t* HWY_RESTRICT first = block.state;
   std::uint64_t* HWY_RESTRICT step = block.step;
-  ComputeStarts(constants, digests, count, step,
-                [first](auto dn, std::size_t i, auto v) { hn::StoreU(v, dn, first + i); });
-  const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
-  for (std::size_t i = count; i % lanes != 0; ++i) {
-    first[i] = 0;  // whole vectors: valid padding (kBlock is a multiple of lanes)
-    step[i] = 0;
-  }
+  StartsOfBlock(constants, digests, count, block);
   const std::uint64_t m = constants.m;
   const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
   const std::size_t batch = simd::detail::insert_batch_size(m);
@@ -477,13 +487,7 @@ HWY_INLINE void ScatterBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t ha
   using simd::detail::kStraight;
   std::uint64_t* HWY_RESTRICT first = block.state;
   std::uint64_t* HWY_RESTRICT step = block.step;
-  ComputeStarts(constants, digests, count, step,
-                [first](auto dn, std::size_t i, auto v) { hn::StoreU(v, dn, first + i); });
-  const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
-  for (std::size_t i = count; i % lanes != 0; ++i) {
-    first[i] = 0;  // whole vectors: valid padding (kBlock is a multiple of lanes)
-    step[i] = 0;
-  }
+  StartsOfBlock(constants, digests, count, block);
   const std::uint64_t m = constants.m;
   const unsigned shift = buckets.range_bits;
   const std::uint32_t offset_mask = (std::uint32_t{1} << shift) - 1;
