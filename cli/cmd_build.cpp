@@ -159,7 +159,7 @@ Command add_build_command(CLI::App& root) {
   app->add_option("--output,-o", options->output, "Snapshot to write (atomically)")->required();
   app->add_option("--backend", options->backend, "auto, scalar, simd or cuda (default auto)")
       ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
-  add_threads_option(*app, options->threads);
+  add_threads_option(*app, options->threads, /*reads_ahead=*/true);
   return {app, [options] { return run_build(*options); }};
 }
 

@@ -147,7 +147,7 @@ Command add_query_command(CLI::App& root) {
                   "auto, scalar, simd or cuda (default auto; ABF_BACKEND overrides auto)")
       ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
   app->add_flag("--summary", options->summary, "Print only the counts: total, absent, maybe");
-  add_threads_option(*app, options->threads);
+  add_threads_option(*app, options->threads, /*reads_ahead=*/true);
   return {app, [options] { return run_query(*options); }};
 }
 

@@ -25,10 +25,11 @@ unsigned hardware_threads() {
   return cores > 0 ? static_cast<unsigned>(cores) : 1;
 }
 
-void add_threads_option(CLI::App& app, unsigned& threads) {
-  app.add_option("--threads", threads,
-                 "Worker threads (default: all " + std::to_string(hardware_threads()) + " cores)")
-      ->check(CLI::Range(1u, 4096u));
+void add_threads_option(CLI::App& app, unsigned& threads, bool reads_ahead) {
+  std::string help =
+      "Worker threads (default: all " + std::to_string(hardware_threads()) + " cores)";
+  if (reads_ahead) help += ";\none more thread reads the next input chunk meanwhile";
+  app.add_option("--threads", threads, help)->check(CLI::Range(1u, 4096u));
 }
 
 unsigned apply_threads(unsigned threads) {

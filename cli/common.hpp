@@ -28,7 +28,9 @@ inline constexpr int kExitUsage = 2;
 int report(std::string_view command, const Error& error);
 
 // Adds `--threads N` (default: all cores). Call apply_threads() in the runner.
-void add_threads_option(CLI::App& app, unsigned& threads);
+// `reads_ahead`: the command reads its next input chunk on one more thread,
+// beside the N workers; the help says so.
+void add_threads_option(CLI::App& app, unsigned& threads, bool reads_ahead = false);
 
 // Limits TBB to `threads` workers for the rest of the process (0 = all cores).
 // Returns the thread count in force.
