@@ -202,5 +202,28 @@ TEST(PartitionedBuild, BuilderPartitionsFiltersBeyondTheLlcAndEqualsTheScalarBui
   }
 }
 
+TEST(PartitionedBuild, BuilderFollowsALargerArenaAndKeepsWhatWasBuffered) {
+  // A library caller may add chunks from arenas of different sizes. When
+  // the arena grows, the builder sets the buffered positions and starts
+  // over with more slots; a bucket dropped on the way would lose bits.
+  const BloomSpec spec{30'000'000, 0.01};  // 34 MiB: partitioned
+  const auto digests = test::random_digests(90'000, 49);
+  auto reference = build_filter(digests, spec, 0, Backend::kScalar);
+  ASSERT_TRUE(reference.has_value());
+  const auto expected = serialize_snapshot(*reference);
+  auto builder = FilterBuilder::create(spec, 0);
+  ASSERT_TRUE(builder.has_value());
+  with_threads(
+      1, [&] { ASSERT_TRUE(builder->add(std::span(digests).subspan(0, 30'000), Backend::kSimd)); });
+  with_threads(3, [&] {
+    ASSERT_TRUE(builder->add(std::span(digests).subspan(30'000, 30'000), Backend::kSimd));
+  });
+  with_threads(
+      2, [&] { ASSERT_TRUE(builder->add(std::span(digests).subspan(60'000), Backend::kSimd)); });
+  auto finished = std::move(*builder).finish();
+  ASSERT_TRUE(finished.has_value()) << finished.error().describe();
+  EXPECT_EQ(serialize_snapshot(*finished), expected);
+}
+
 }  // namespace
 }  // namespace abf

@@ -179,6 +179,13 @@ void FilterBuilder::insert_parallel(std::span<const Digest> digests) {
   // builds the 4 GiB input 19% faster (2.36 against 2.9 s), and several
   // share no random DRAM lines.
   if (partitioned_ || word_count_ * sizeof(std::uint64_t) >= detail::kPartitionMinBytes) {
+    if (partitioned_ && partitioned_->slot_count() < threads) {
+      // Called from a larger arena than before: set what is buffered, then
+      // scatter over one slot per thread (a smaller arena runs the extra
+      // slots in turn, so it keeps them).
+      partitioned_->flush(words_.get());
+      partitioned_.reset();
+    }
     if (!partitioned_) partitioned_ = std::make_unique<detail::PartitionedBuild>(m, k, threads);
     partitioned_->add(words_.get(), digests.data(), digests.size());
     return;
