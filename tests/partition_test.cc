@@ -172,6 +172,33 @@ TEST(PartitionedBuild, SizesItsRoundsFromTheBudget) {
   EXPECT_EQ(tiny.bucket_capacity(), 64u);
 }
 
+TEST(PartitionedBuild, BucketsStartAnOddNumberOfCacheLinesApart) {
+  // The scatter writes every bucket's tail at once: an odd stride in lines
+  // gives the first 2^s buckets 2^s different sets of any cache of 2^s sets
+  // (partition.cpp, stride_for). Checked for an L2 of 1024 sets, over
+  // budgets that make the capacity an even, odd and partial number of lines.
+  constexpr std::size_t kSets = 1024;
+  constexpr std::size_t kLineEntries = 16;
+  for (const std::uint64_t m :
+       {std::uint64_t{1} << 28, std::uint64_t{959295488}, std::uint64_t{1} << 30}) {
+    for (const std::size_t slots : {1, 2, 3}) {
+      for (const std::size_t budget_mib : {0, 7, 100, 256}) {
+        const PartitionedBuild build(m, 7, slots, {20, budget_mib << 20});
+        const std::size_t stride = build.bucket_stride();
+        ASSERT_GE(stride, build.bucket_capacity());
+        ASSERT_EQ(stride % kLineEntries, 0u) << stride;
+        EXPECT_EQ(stride / kLineEntries % 2, 1u) << "m=" << m << " slots=" << slots;
+        std::vector<bool> taken(kSets, false);
+        for (std::size_t b = 0; b < std::min(build.bucket_count(), kSets); ++b) {
+          const std::size_t set = b * (stride / kLineEntries) % kSets;
+          EXPECT_FALSE(taken[set]) << "buckets share set " << set << " (m=" << m << ")";
+          taken[set] = true;
+        }
+      }
+    }
+  }
+}
+
 TEST(PartitionedBuild, BuilderPartitionsFiltersBeyondTheLlcAndEqualsTheScalarBuild) {
   // 30M expected items at p = 0.01: a 34 MiB filter, past
   // kPartitionMinBytes, so FilterBuilder takes the partitioned path.

@@ -65,6 +65,8 @@ class PartitionedBuild {
   std::size_t round_digests() const noexcept { return round_digests_; }
   std::size_t bucket_count() const noexcept { return bucket_count_; }
   std::uint32_t bucket_capacity() const noexcept { return capacity_; }
+  // Entries from one bucket's start to the next (partition.cpp, stride_for).
+  std::size_t bucket_stride() const noexcept { return stride_; }
   // Positions that found their bucket full and were set directly so far.
   std::uint64_t overflowed() const noexcept;
 
