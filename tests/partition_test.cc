@@ -63,7 +63,7 @@ TEST(PartitionedBuild, EqualsScalarForEveryGeometryThreadCountRangeAndRoundSize)
       with_threads(threads, [&] {
         // Ranges of one word up to the default; budgets from one that makes
         // every round a handful of digests (and buckets overflow) to the
-        // default of half the filter.
+        // default.
         for (const unsigned range_bits : {6u, 9u, 13u, 20u}) {
           for (const std::size_t budget : {std::size_t{1}, std::size_t{64} << 10, std::size_t{0}}) {
             const PartitionTuning tuning{range_bits, budget};
@@ -156,15 +156,15 @@ TEST(PartitionedBuild, ClampsRangesToAWordAndToTheLargestFilter) {
 }
 
 TEST(PartitionedBuild, SizesItsRoundsFromTheBudget) {
-  // Default: the filter's size in entries (at most 128 MiB), shared by the
-  // slots; a round fills the buckets to 80%.
+  // Default: twice the filter's size in entries (at most 256 MiB), shared
+  // by the slots; a round fills the buckets to 80%.
   const std::uint64_t m = std::uint64_t{1} << 30;  // 128 MiB: 1024 buckets of 2^20 bits
   const PartitionedBuild one(m, 7, 1);
   EXPECT_EQ(one.bucket_count(), 1024u);
-  EXPECT_EQ(one.bucket_capacity(), (128u << 20) / 4 / 1024);
-  EXPECT_EQ(one.round_digests(), std::size_t{32768} * 1024 * 4 / 5 / 7);
+  EXPECT_EQ(one.bucket_capacity(), (256u << 20) / 4 / 1024);
+  EXPECT_EQ(one.round_digests(), std::size_t{65536} * 1024 * 4 / 5 / 7);
   const PartitionedBuild small(std::uint64_t{1} << 28, 7, 1);  // 32 MiB: 256 buckets
-  EXPECT_EQ(small.bucket_capacity(), (32u << 20) / 4 / 256);
+  EXPECT_EQ(small.bucket_capacity(), (64u << 20) / 4 / 256);
   const PartitionedBuild four(m, 7, 4);
   EXPECT_EQ(four.bucket_capacity(), one.bucket_capacity() / 4);
   // A bucket never holds fewer than 64 entries, whatever the budget.

@@ -60,7 +60,7 @@ std::size_t entry_bytes(std::size_t count) {
 }
 
 // The entry buffers of the last finished build, reused by the next build of
-// the same shape; at most one build's worth (the budget, 128 MiB at most,
+// the same shape; at most one build's worth (the budget, 256 MiB at most,
 // plus rounding) stays held. Fresh memory is slow and erratic here: a slot's
 // first touch of its 28 MiB took 10 ms, and now and then 37-78 ms (this VM
 // hands freed pages back to its host and faults them in again), and the
@@ -115,7 +115,7 @@ PartitionedBuild::PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_c
   slots = std::max<std::size_t>(1, slots);
   std::size_t budget = tuning.budget_bytes;
   if (budget == 0) {
-    budget = std::clamp<std::size_t>(bit_count / 8, std::size_t{1} << 20, std::size_t{128} << 20);
+    budget = std::clamp<std::size_t>(bit_count / 4, std::size_t{1} << 20, std::size_t{256} << 20);
   }
   const std::size_t per_slot = budget / sizeof(std::uint32_t) / slots;
   capacity_ = static_cast<std::uint32_t>(

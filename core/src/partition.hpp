@@ -8,8 +8,8 @@
 // the digests to buckets, one bucket per 128 KiB range of the bitset. When
 // the buckets are full (a "round"), the ranges are applied one at a time,
 // each loaded into L2 once, sequentially, and set there from every slot's
-// bucket. With the default budget a round holds ~13 positions per cache line
-// of the filter: per probe, 4 bytes written and read back and ~10 bytes of
+// bucket. With the default budget a round holds ~26 positions per cache line
+// of the filter: per probe, 4 bytes written and read back and ~5 bytes of
 // the filter's sequential load and write-back, against 128 random bytes.
 // The build becomes compute, and scales with the cores.
 //
@@ -39,9 +39,12 @@ struct PartitionTuning {
   // room in a 1 MiB L2 for the next range, prefetched while this one is
   // set; docs/parallel.md has 2^18 and 2^22.
   unsigned range_bits = 20;
-  // Bytes of bucket entries over all slots. 0: as much as the filter, at
-  // most 128 MiB. Half that made the 4 GiB streaming build 15% slower at 2
-  // threads (every round streams the whole filter through L2 once).
+  // Bytes of bucket entries over all slots. 0: twice the filter, at most
+  // 256 MiB (every round streams the whole filter through L2 once). Against
+  // once the filter, both with the odd stride, in interleaved runs: the 4 GiB
+  // streaming build at 2 threads 1.58 against 1.78 s (medians of 5), the
+  // 4 Mi-digest dram build 1.93-2.04x at 2 threads over 1 against
+  // 1.50-1.82x; half the filter made the streaming build 15% slower.
   std::size_t budget_bytes = 0;
 };
 

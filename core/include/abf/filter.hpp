@@ -99,8 +99,8 @@ class PartitionedBuild;  // bucketed positions (core/src/partition.hpp)
 // Filters of 32 MiB and more (beyond a last-level cache) are built
 // partitioned: every thread sorts its digests' bit positions into buckets by
 // 128 KiB range of the bitset, and full buckets are applied range by range,
-// each range loaded once (core/src/partition.hpp). That takes as much
-// memory as the filter, at most 128 MiB, beside it; the buffers of the last
+// each range loaded once (core/src/partition.hpp). That takes twice the
+// filter's memory, at most 256 MiB, beside it; the buffers of the last
 // build are kept for the next. Smaller filters, with several threads and large chunks, get
 // up to 256 MiB of private per-thread bitsets ("lanes") kept across `add`
 // calls, each thread filling its own at the engine's full speed, ORed into
