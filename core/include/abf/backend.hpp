@@ -17,7 +17,9 @@ enum class Backend {
   kAuto,    // the fastest available: CUDA for large batches (queries: against
             // large filters) when a device is present, else SIMD (the rule:
             // auto_prefers_cuda). ABF_BACKEND=scalar|simd|cuda overrides it.
-  kScalar,  // the reference: one digest at a time, plain `%`
+  kScalar,  // the reference: one digest at a time, plain `%`; its builds
+            // run on the calling thread alone, its queries split over the
+            // arena like the others'
   kSimd,    // Highway batch engine, best target chosen at run time
   kCuda,    // NVIDIA GPU; kBackendUnavailable without a build or a device
 };
