@@ -174,6 +174,16 @@ std::vector<Answer> device_answers(const cuda::DeviceFilter& filter,
   return answers;
 }
 
+// Uploads the scalar filter of w.members and checks the device-resident
+// kernel's answers for w.queries against the scalar engine's.
+void expect_device_answers_match_scalar(std::uint64_t m, std::uint32_t k, const Workload& w) {
+  const Filter filter = scalar_filter(m, k, w.members);
+  auto device = cuda::DeviceFilter::upload(filter);
+  ABF_ASSERT_OK(device);
+  EXPECT_EQ(device_answers(*device, w.queries), scalar_answers(filter, w.queries))
+      << "m = " << m << " k = " << k;
+}
+
 class CudaGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -201,12 +211,8 @@ TEST_F(CudaGpuTest, QueryKernelMatchesScalarForEveryKAndSeveralM) {
     for (std::uint32_t k = 1; k <= 32; ++k) {
       // About 0.7 m / k members: fill near 1/2, so both answers are common.
       const std::size_t members = std::max<std::size_t>(1, m * 7 / 10 / k);
-      const Workload w = workload(m, std::min<std::size_t>(members, 50000), 2000, m * 64 + k);
-      const Filter filter = scalar_filter(m, k, w.members);
-      auto device = cuda::DeviceFilter::upload(filter);
-      ABF_ASSERT_OK(device);
-      ASSERT_EQ(device_answers(*device, w.queries), scalar_answers(filter, w.queries))
-          << "m = " << m << " k = " << k;
+      expect_device_answers_match_scalar(
+          m, k, workload(m, std::min<std::size_t>(members, 50000), 2000, m * 64 + k));
     }
   }
 }
@@ -214,12 +220,7 @@ TEST_F(CudaGpuTest, QueryKernelMatchesScalarForEveryKAndSeveralM) {
 TEST_F(CudaGpuTest, QueryKernelMatchesScalarAtTheLargestBitCounts) {
   for (const std::uint64_t m : {(std::uint64_t{1} << 30) - 64, std::uint64_t{1} << 30}) {
     for (const std::uint32_t k : {1u, 7u, 32u}) {
-      const Workload w = workload(m, 200000, 20000, m + k);
-      const Filter filter = scalar_filter(m, k, w.members);
-      auto device = cuda::DeviceFilter::upload(filter);
-      ABF_ASSERT_OK(device);
-      ASSERT_EQ(device_answers(*device, w.queries), scalar_answers(filter, w.queries))
-          << "m = " << m << " k = " << k;
+      expect_device_answers_match_scalar(m, k, workload(m, 200000, 20000, m + k));
     }
   }
 }
