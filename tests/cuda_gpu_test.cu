@@ -498,6 +498,28 @@ TEST_F(CudaGpuTest, LibraryBuildWithTheCudaBackendMatchesScalar) {
   ASSERT_TRUE(std::ranges::equal(streamed->words(), reference->words()));
 }
 
+// Releasing the cached buffers mid-stream frees the uploaded copy and the
+// spare lane; later queries and builds upload and allocate afresh and
+// still answer as scalar.
+TEST_F(CudaGpuTest, QueriesAndBuildsMatchScalarAfterTheCachesAreReleased) {
+  const auto members = test::member_digests(20000);
+  const BloomSpec spec{20000, 0.01};
+  auto reference = build_filter(members, spec, 0, Backend::kScalar);
+  ABF_ASSERT_OK(reference);
+  const std::vector<Digest> queries = test::random_digests(30000, 41);
+  const std::vector<Answer> expected = scalar_answers(*reference, queries);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<Answer> answers(queries.size(), Answer{0xee});
+    ABF_ASSERT_OK(reference->query(queries, answers, Backend::kCuda));  // uploads, or reuses
+    EXPECT_EQ(answers, expected);
+    auto built = build_filter(members, spec, 0, Backend::kCuda);  // a fresh or the spare lane
+    ABF_ASSERT_OK(built);
+    EXPECT_TRUE(std::ranges::equal(built->words(), reference->words()));
+    if (round == 1) release_cached_buffers();
+  }
+}
+
 // --- Errors --------------------------------------------------------------------
 
 TEST_F(CudaGpuTest, BadArgumentsAreInvalidArgument) {

@@ -229,6 +229,31 @@ TEST(PartitionedBuild, BuilderPartitionsFiltersBeyondTheLlcAndEqualsTheScalarBui
   }
 }
 
+TEST(PartitionedBuild, ReleasingTheCachedBuffersFreesTheBucketsAndLaterBuildsStillMatch) {
+  const BloomSpec spec{30'000'000, 0.01};  // 34 MiB: partitioned
+  const auto digests = test::random_digests(40'000, 50);
+  auto reference = build_filter(digests, spec, 0, Backend::kScalar);
+  ASSERT_TRUE(reference.has_value());
+  const auto expected = serialize_snapshot(*reference);
+  const auto build_and_compare = [&] {
+    auto built = build_filter(digests, spec, 0, Backend::kSimd);
+    ASSERT_TRUE(built.has_value()) << built.error().describe();
+    EXPECT_EQ(serialize_snapshot(*built), expected);
+  };
+  with_threads(2, [&] {
+    build_and_compare();
+    // Two slots' buckets, twice the filter between them, kept for the next.
+    EXPECT_GE(detail::pooled_entry_bytes(), 2 * reference->bit_count() / 8);
+    release_cached_buffers();
+    EXPECT_EQ(detail::pooled_entry_bytes(), 0u);
+    build_and_compare();  // fresh buckets
+    EXPECT_GT(detail::pooled_entry_bytes(), 0u);
+    build_and_compare();  // the kept ones
+  });
+  release_cached_buffers();
+  EXPECT_EQ(detail::pooled_entry_bytes(), 0u);
+}
+
 TEST(PartitionedBuild, BuilderFollowsALargerArenaAndKeepsWhatWasBuffered) {
   // A library caller may add chunks from arenas of different sizes. When
   // the arena grows, the builder sets the buffered positions and starts

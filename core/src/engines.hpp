@@ -76,6 +76,9 @@ class DeviceLane {
   virtual Result<void> fold_into(std::uint64_t* words) = 0;
 };
 Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t bit_count, std::uint32_t hash_count);
+// Frees the device copy of the last queried filter and the spare lane kept
+// for the next build (abf::release_cached_buffers).
+void release_caches() noexcept;
 // Bytes per second of a host-to-device copy from pinned memory (64 MiB,
 // median of 5): the ceiling of any query whose digests start in host memory.
 Result<double> copy_bandwidth();

@@ -242,6 +242,11 @@ Result<Filter> FilterBuilder::finish() && {
   return filter;
 }
 
+void release_cached_buffers() noexcept {
+  detail::release_pooled_entries();
+  cuda_engine::release_caches();
+}
+
 Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
                             std::uint64_t catalog_version, Backend backend) {
   auto builder = FilterBuilder::create(spec, catalog_version);

@@ -86,6 +86,14 @@ class EntriesPool {
     bytes_ = bytes;
     free_ = std::move(buffers);
   }
+  std::size_t held_bytes() {
+    const std::lock_guard lock(mutex_);
+    return bytes_ * free_.size();
+  }
+  void clear() {
+    const std::lock_guard lock(mutex_);
+    free_.clear();
+  }
 
  private:
   std::mutex mutex_;
@@ -104,6 +112,10 @@ Entries allocate_entries(std::size_t count) {
 }
 
 }  // namespace
+
+std::size_t pooled_entry_bytes() noexcept { return EntriesPool::instance().held_bytes(); }
+
+void release_pooled_entries() noexcept { EntriesPool::instance().clear(); }
 
 PartitionedBuild::PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_count,
                                    std::size_t slots, const PartitionTuning& tuning)

@@ -48,6 +48,11 @@ struct PartitionTuning {
   std::size_t budget_bytes = 0;
 };
 
+// Bytes of bucket buffers kept from the last finished build for the next,
+// and freeing them (abf::release_cached_buffers).
+std::size_t pooled_entry_bytes() noexcept;
+void release_pooled_entries() noexcept;
+
 class PartitionedBuild {
  public:
   // `slots`: how many threads will scatter at once (>= 1).

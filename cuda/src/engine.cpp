@@ -178,4 +178,16 @@ Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t bit_count, std::uint
   return std::make_unique<CudaLane>(std::move(*device));
 }
 
+void release_caches() noexcept {
+  {
+    UploadCache& cache = upload_cache();
+    const std::lock_guard lock(cache.mutex);  // after a query in flight
+    cache.device.reset();
+    cache.filter.reset();
+  }
+  LaneCache& cache = lane_cache();
+  const std::lock_guard lock(cache.mutex);
+  cache.spare.reset();
+}
+
 }  // namespace abf::cuda_engine

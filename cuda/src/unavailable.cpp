@@ -26,4 +26,6 @@ Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t, std::uint32_t) {
 
 Result<double> copy_bandwidth() { return std::unexpected(not_compiled()); }
 
+void release_caches() noexcept {}
+
 }  // namespace abf::cuda_engine

@@ -142,6 +142,16 @@ class FilterBuilder {
   std::unique_ptr<detail::PartitionedBuild> partitioned_;  // filters beyond the LLC
 };
 
+// Builds and CUDA queries keep scratch memory for the next one, which then
+// starts warm: the partitioned build's buckets (up to 256 MiB of host
+// memory), a CUDA build's device bitset with its pinned staging, and the
+// device copy of the filter last queried with CUDA, which also keeps that
+// Filter's bits alive. A long-running process frees them here, for example
+// after swapping in a new snapshot; the next build or query allocates
+// afresh. Builders in progress keep theirs. Thread-safe: waits for a CUDA
+// query in flight.
+void release_cached_buffers() noexcept;
+
 // Builds a filter from digests in memory: checks the spec, then capacity,
 // exactly in the order of section 6.
 Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
