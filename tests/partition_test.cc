@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "abf/filter.hpp"
+#include "abf/layout.hpp"
 #include "abf/snapshot.hpp"
 #include "engines.hpp"
 #include "partition.hpp"
@@ -199,15 +200,24 @@ TEST(PartitionedBuild, BucketsStartAnOddNumberOfCacheLinesApart) {
   }
 }
 
+// 30M expected items at p = 0.01: a 34 MiB filter, past kPartitionMinBytes,
+// so FilterBuilder takes the partitioned path.
+constexpr BloomSpec kPartitionedSpec{30'000'000, 0.01};
+std::uint64_t partitioned_filter_bytes() { return choose_layout(kPartitionedSpec)->bit_count / 8; }
+
+// The snapshot bytes of the scalar build of `digests` (kPartitionedSpec).
+std::vector<std::uint8_t> scalar_snapshot(std::span<const Digest> digests,
+                                          std::uint64_t catalog_version = 0) {
+  auto reference = build_filter(digests, kPartitionedSpec, catalog_version, Backend::kScalar);
+  EXPECT_TRUE(reference.has_value());
+  return reference ? serialize_snapshot(*reference) : std::vector<std::uint8_t>{};
+}
+
 TEST(PartitionedBuild, BuilderPartitionsFiltersBeyondTheLlcAndEqualsTheScalarBuild) {
-  // 30M expected items at p = 0.01: a 34 MiB filter, past
-  // kPartitionMinBytes, so FilterBuilder takes the partitioned path.
-  const BloomSpec spec{30'000'000, 0.01};
+  ASSERT_GE(partitioned_filter_bytes(), detail::kPartitionMinBytes);
+  const BloomSpec spec = kPartitionedSpec;
   const auto digests = test::random_digests(300'000, 48);
-  auto reference = build_filter(digests, spec, 5, Backend::kScalar);
-  ASSERT_TRUE(reference.has_value());
-  ASSERT_GE(reference->bit_count() / 8, detail::kPartitionMinBytes);
-  const auto expected = serialize_snapshot(*reference);
+  const auto expected = scalar_snapshot(digests, 5);
   for (const int threads : {1, 2, 3}) {
     with_threads(threads, [&] {
       auto builder = FilterBuilder::create(spec, 5);
@@ -230,20 +240,17 @@ TEST(PartitionedBuild, BuilderPartitionsFiltersBeyondTheLlcAndEqualsTheScalarBui
 }
 
 TEST(PartitionedBuild, ReleasingTheCachedBuffersFreesTheBucketsAndLaterBuildsStillMatch) {
-  const BloomSpec spec{30'000'000, 0.01};  // 34 MiB: partitioned
   const auto digests = test::random_digests(40'000, 50);
-  auto reference = build_filter(digests, spec, 0, Backend::kScalar);
-  ASSERT_TRUE(reference.has_value());
-  const auto expected = serialize_snapshot(*reference);
+  const auto expected = scalar_snapshot(digests);
   const auto build_and_compare = [&] {
-    auto built = build_filter(digests, spec, 0, Backend::kSimd);
+    auto built = build_filter(digests, kPartitionedSpec, 0, Backend::kSimd);
     ASSERT_TRUE(built.has_value()) << built.error().describe();
     EXPECT_EQ(serialize_snapshot(*built), expected);
   };
   with_threads(2, [&] {
     build_and_compare();
     // Two slots' buckets, twice the filter between them, kept for the next.
-    EXPECT_GE(detail::pooled_entry_bytes(), 2 * reference->bit_count() / 8);
+    EXPECT_GE(detail::pooled_entry_bytes(), 2 * partitioned_filter_bytes());
     release_cached_buffers();
     EXPECT_EQ(detail::pooled_entry_bytes(), 0u);
     build_and_compare();  // fresh buckets
@@ -258,12 +265,9 @@ TEST(PartitionedBuild, BuilderFollowsALargerArenaAndKeepsWhatWasBuffered) {
   // A library caller may add chunks from arenas of different sizes. When
   // the arena grows, the builder sets the buffered positions and starts
   // over with more slots; a bucket dropped on the way would lose bits.
-  const BloomSpec spec{30'000'000, 0.01};  // 34 MiB: partitioned
   const auto digests = test::random_digests(90'000, 49);
-  auto reference = build_filter(digests, spec, 0, Backend::kScalar);
-  ASSERT_TRUE(reference.has_value());
-  const auto expected = serialize_snapshot(*reference);
-  auto builder = FilterBuilder::create(spec, 0);
+  const auto expected = scalar_snapshot(digests);
+  auto builder = FilterBuilder::create(kPartitionedSpec, 0);
   ASSERT_TRUE(builder.has_value());
   with_threads(
       1, [&] { ASSERT_TRUE(builder->add(std::span(digests).subspan(0, 30'000), Backend::kSimd)); });
