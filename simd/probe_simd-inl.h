@@ -15,6 +15,7 @@
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
 #include "abf/probe.hpp"
+#include "prefetch.hpp"
 #include "probe_simd.h"
 
 namespace abf::simd::detail {
@@ -42,16 +43,6 @@ inline std::size_t prefetch_distance(std::uint64_t bit_count) {
 // with its current bit position (low 32 bits, < m <= 2^30): one load, one
 // store per compaction step, and position + step never carries into the id.
 inline constexpr std::uint64_t kPositionMask = 0xffffffffu;
-
-// Prefetch for writing: PREFETCHW where x86 has it (AMD since K8, Intel
-// since Broadwell; others treat it as a NOP), brings the line in owned.
-inline void PrefetchForWrite(const void* p) {
-#if defined(__x86_64__)
-  __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 1);
-#endif
-}
 
 // Helpers written as lambdas are called more than once per kernel; GCC
 // otherwise keeps them out of line (measured 10% slower at l2).
@@ -431,7 +422,7 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
       const std::uint64_t* HWY_RESTRICT positions = block.positions[buffer];
       for (std::size_t p = 0; p < hash_count * batch; p += batch) {
         for (std::size_t i = 0; i < n; ++i) {
-          simd::detail::PrefetchForWrite(words + (positions[p + i] >> 6));
+          ::abf::detail::prefetch_for_write(words + (positions[p + i] >> 6));
         }
       }
     }
@@ -465,7 +456,7 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
     }
     for (std::size_t p = 0; p < hash_count * batch; p += batch) {
       for (std::size_t i = 0; i < n_next; ++i) {
-        simd::detail::PrefetchForWrite(words + (next[p + i] >> 6));
+        ::abf::detail::prefetch_for_write(words + (next[p + i] >> 6));
       }
       for (std::size_t i = 0; i < n; ++i) set(positions[p + i]);
     }
@@ -508,7 +499,8 @@ HWY_INLINE void ScatterBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t ha
         if (HWY_LIKELY(at < capacity)) {
           *slot = static_cast<std::uint32_t>(position) & offset_mask;
           fill[bucket] = at + 1;
-          simd::detail::PrefetchForWrite(slot + 64);  // 4 lines ahead; may pass the end: harmless
+          ::abf::detail::prefetch_for_write(slot +
+                                            64);  // 4 lines ahead; may pass the end: harmless
         } else {
           std::atomic_ref<std::uint64_t>(words[position >> 6])
               .fetch_or(probe::mask_of(position), std::memory_order_relaxed);

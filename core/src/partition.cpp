@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "parallel.hpp"
+#include "prefetch.hpp"
 
 namespace abf::detail {
 
@@ -37,16 +38,6 @@ constexpr std::size_t kApplyGrain = 8;
 // A sparse bucket (fewer entries than half its range's lines) is not worth
 // loading whole: its entries prefetch their own lines this far ahead.
 constexpr std::uint32_t kSparseDistance = 16;
-
-// Prefetch for writing (PREFETCHW; a NOP where x86 lacks it), as the SIMD
-// engine's insert does.
-inline void prefetch_for_write(const void* p) {
-#if defined(__x86_64__)
-  __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 1);
-#endif
-}
 
 using Entries = std::unique_ptr<std::uint32_t, void (*)(void*)>;
 
