@@ -22,6 +22,7 @@ namespace {
 using detail::MergeStrategy;
 using detail::ParallelOptions;
 
+using test::kGeometries;
 using test::max_threads;
 using test::scalar_bits;
 using test::with_threads;
@@ -54,15 +55,6 @@ std::string describe(MergeStrategy strategy) {
 constexpr MergeStrategy kStrategies[] = {MergeStrategy::kAtomicOr, MergeStrategy::kShardBitsets,
                                          MergeStrategy::kWordRange, MergeStrategy::kSerial,
                                          MergeStrategy::kAuto};
-
-// Layouts: the smallest m, a non-power-of-two m, m = 2^20 (several word
-// ranges), and k from 1 to 32.
-struct Geometry {
-  std::uint64_t bit_count;
-  std::uint32_t hash_count;
-};
-constexpr Geometry kGeometries[] = {
-    {64, 1}, {64, 32}, {9600, 7}, {191872, 7}, {std::uint64_t{1} << 20, 10}, {1437824, 32}};
 
 TEST(ParallelInsert, EqualsScalarForEveryStrategyThreadCountAndShardSize) {
   const auto digests = test::random_digests(5000, 11);

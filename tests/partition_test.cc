@@ -24,6 +24,7 @@ namespace {
 using detail::PartitionedBuild;
 using detail::PartitionTuning;
 
+using test::kGeometries;
 using test::max_threads;
 using test::scalar_bits;
 using test::with_threads;
@@ -47,13 +48,6 @@ std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32
   if (overflowed != nullptr) *overflowed = build.overflowed();
   return words;
 }
-
-struct Geometry {
-  std::uint64_t bit_count;
-  std::uint32_t hash_count;
-};
-constexpr Geometry kGeometries[] = {
-    {64, 1}, {64, 32}, {9600, 7}, {191872, 7}, {std::uint64_t{1} << 20, 10}, {1437824, 32}};
 
 TEST(PartitionedBuild, EqualsScalarForEveryGeometryThreadCountRangeAndRoundSize) {
   const auto digests = test::random_digests(6000, 41);

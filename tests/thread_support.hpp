@@ -1,5 +1,6 @@
 // Shared helpers for the tests that sweep thread counts (parallel_test,
-// partition_test): an arena of an exact size, and the scalar reference bits.
+// partition_test): an arena of an exact size, the layouts they sweep, and
+// the scalar reference bits.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -35,6 +36,15 @@ void with_threads(int threads, Body&& body) {
     body();
   });
 }
+
+// Layouts the sweeps cover: the smallest m, non-power-of-two m, m = 2^20
+// (several word ranges, several buckets), and k from 1 to 32.
+struct Geometry {
+  std::uint64_t bit_count;
+  std::uint32_t hash_count;
+};
+inline constexpr Geometry kGeometries[] = {
+    {64, 1}, {64, 32}, {9600, 7}, {191872, 7}, {std::uint64_t{1} << 20, 10}, {1437824, 32}};
 
 // The scalar reference build of `digests` into a fresh bitset of bit_count bits.
 inline std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
