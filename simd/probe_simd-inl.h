@@ -499,8 +499,8 @@ HWY_INLINE void ScatterBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t ha
         if (HWY_LIKELY(at < capacity)) {
           *slot = static_cast<std::uint32_t>(position) & offset_mask;
           fill[bucket] = at + 1;
-          ::abf::detail::prefetch_for_write(slot +
-                                            64);  // 4 lines ahead; may pass the end: harmless
+          // 4 lines ahead; may pass the end: harmless.
+          ::abf::detail::prefetch_for_write(slot + 64);
         } else {
           std::atomic_ref<std::uint64_t>(words[position >> 6])
               .fetch_or(probe::mask_of(position), std::memory_order_relaxed);
