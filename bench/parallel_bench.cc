@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "abf/filter.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "parallel.hpp"
 #include "partition.hpp"
 #include "probe_simd.h"
@@ -78,13 +78,15 @@ void BM_ParallelBuild(benchmark::State& state) {
   in_arena(threads, [&] {
     for (auto _ : state) {
       if (strategy < 0) {
-        abf::simd::insert_batch(words.get(), bits, kHashCount, input.data(), input.size());
+        abf::simd::insert_batch(abf::probe::unkeyed_scheme(bits, kHashCount), words.get(),
+                                input.data(), input.size());
       } else {
         abf::detail::ParallelOptions options;
         options.strategy = static_cast<abf::detail::MergeStrategy>(strategy);
         options.force_split = true;
-        abf::detail::parallel_insert(options, abf::simd::insert_batch, words.get(), bits,
-                                     kHashCount, input.data(), input.size());
+        abf::detail::parallel_insert(options, abf::simd::insert_batch,
+                                     abf::probe::unkeyed_scheme(bits, kHashCount), words.get(),
+                                     input.data(), input.size());
       }
       benchmark::ClobberMemory();
     }
@@ -107,8 +109,8 @@ void BM_PartitionedBuild(benchmark::State& state) {
   auto words = abf::allocate_words(bits / 64);
   const auto& input = digests();
   in_arena(threads, [&] {
-    abf::detail::PartitionedBuild build(bits, kHashCount, static_cast<std::size_t>(threads),
-                                        tuning);
+    abf::detail::PartitionedBuild build(abf::probe::unkeyed_scheme(bits, kHashCount),
+                                        static_cast<std::size_t>(threads), tuning);
     for (auto _ : state) {
       build.add(words.get(), input.data(), input.size());
       build.flush(words.get());
@@ -126,8 +128,10 @@ void BM_ParallelQuery(benchmark::State& state) {
   auto words = abf::allocate_words(bits / 64);
   const auto& input = digests();
   const std::size_t members = std::min<std::size_t>(input.size() / 2, bits / 10);
-  abf::simd::insert_batch(words.get(), bits, kHashCount, input.data(), members);
-  const abf::probe::FilterView view{words.get(), bits, kHashCount};
+  abf::simd::insert_batch(abf::probe::unkeyed_scheme(bits, kHashCount), words.get(), input.data(),
+                          members);
+  const abf::probe::FilterView view =
+      abf::probe::make_view(words.get(), abf::probe::unkeyed_scheme(bits, kHashCount));
   std::vector<abf::Answer> answers(input.size());
   in_arena(threads, [&] {
     for (auto _ : state) {
@@ -165,7 +169,8 @@ void BM_ProbeStartsScaling(benchmark::State& state) {
     run_on_threads(threads, [&](int t) {
       std::vector<std::uint64_t> first(kDigests), step(kDigests);
       for (int round = 0; round < kRounds; ++round) {
-        abf::simd::probe_starts(kDramBits, input.data(), kDigests, first.data(), step.data());
+        abf::simd::probe_starts(abf::probe::unkeyed_scheme(kDramBits, 1), input.data(), kDigests,
+                                first.data(), step.data());
         sinks[static_cast<std::size_t>(t) * 8] += first[static_cast<std::size_t>(round) % kDigests];
       }
     });

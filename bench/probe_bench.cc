@@ -22,7 +22,7 @@
 #include "abf/backend.hpp"
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "workload.hpp"
 
 namespace {
@@ -61,8 +61,8 @@ const Fixture& fixture(std::size_t scenario) {
     const std::size_t count =
         static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), n - begin));
     fill_digests(kMemberSeed, begin, count, chunk.data());
-    abf::simd::insert_batch(f.words.get(), f.layout.bit_count, f.layout.hash_count, chunk.data(),
-                            count);
+    abf::simd::insert_batch(abf::probe::unkeyed_scheme(f.layout.bit_count, f.layout.hash_count),
+                            f.words.get(), chunk.data(), count);
   }
   const std::size_t batch = static_cast<std::size_t>(std::min(n, kBatch));
   f.present.resize(batch);
@@ -82,7 +82,7 @@ bool skip_dram(benchmark::State& state, std::size_t scenario) {
 
 using QueryFn = void (*)(const abf::probe::FilterView&, const Digest*, std::size_t,
                          Answer*) noexcept;
-using InsertFn = void (*)(std::uint64_t*, std::uint64_t, std::uint32_t, const Digest*,
+using InsertFn = void (*)(const abf::probe::Scheme&, std::uint64_t*, const Digest*,
                           std::size_t) noexcept;
 
 // Args: scenario, backend (0 scalar, 1 simd), present (0 absent, 1 present).
@@ -94,7 +94,8 @@ void BM_ProbeQuery(benchmark::State& state) {
   const Fixture& f = fixture(scenario);
   const auto& digests = present ? f.present : f.absent;
   const QueryFn query = simd ? abf::simd::query_batch : abf::scalar::query_batch;
-  const abf::probe::FilterView view{f.words.get(), f.layout.bit_count, f.layout.hash_count};
+  const abf::probe::FilterView view = abf::probe::make_view(
+      f.words.get(), abf::probe::unkeyed_scheme(f.layout.bit_count, f.layout.hash_count));
   std::vector<Answer> answers(digests.size());
   for (auto _ : state) {
     query(view, digests.data(), digests.size(), answers.data());
@@ -125,8 +126,8 @@ void BM_ProbeBuild(benchmark::State& state) {
     state.PauseTiming();
     std::memset(words.get(), 0, word_count * 8);
     state.ResumeTiming();
-    insert(words.get(), f.layout.bit_count, f.layout.hash_count, f.present.data(),
-           f.present.size());
+    insert(abf::probe::unkeyed_scheme(f.layout.bit_count, f.layout.hash_count), words.get(),
+           f.present.data(), f.present.size());
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.present.size()));

@@ -21,7 +21,7 @@
 #include "abf/abf.hpp"
 #include "command.hpp"
 #include "common.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "workload.hpp"
 
 namespace abf::cli {
@@ -138,15 +138,12 @@ class RandomLoads {
   std::atomic<std::uint64_t> sink_{0};  // keeps the loads
 };
 
+// What the backend runs on: "AVX3_ZEN4", a GPU, "reference".
 std::string target_of(Backend backend) {
-  switch (backend) {
-    case Backend::kSimd:
-      return simd_target_name();
-    case Backend::kCuda:
-      return cuda_device_description();
-    default:
-      return "scalar";
+  for (const auto& info : list_backends()) {
+    if (info.backend == backend) return info.detail;
   }
+  return std::string(backend.name());
 }
 
 // Keeps a finished filter observable so the build is not optimized away.

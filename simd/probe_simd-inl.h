@@ -156,12 +156,88 @@ HWY_INLINE hn::VFromD<D> ByteSwap64(D d, hn::VFromD<D> v) {
 #endif
 }
 
+// Step 1 of the protocol, digest -> (h1, h2): the one piece that differs
+// between protocols, so every kernel below takes it as a template parameter
+// and the protocol is chosen once per batch. Each hasher maps the digest's
+// four little-endian words (one LoadInterleaved4) to h1 and h2 in lanes, and
+// one digest through the protocol header for the tails.
+
+// Protocol 1: the first two big-endian words.
+struct UnkeyedHash {
+  template <class D, class V = hn::VFromD<D>>
+  HWY_INLINE void operator()(D d, V w0, V w1, V /*w2*/, V /*w3*/, V& h1, V& h2) const {
+    h1 = ByteSwap64(d, w0);
+    h2 = ByteSwap64(d, w1);
+  }
+  probe::HashPair operator()(const std::uint8_t* digest) const {
+    return probe::unkeyed_hashes(digest);
+  }
+};
+
+// SipHash's round on u64 lanes (siphash.hpp has the scalar one). Rotations
+// are right rotations by 64 - b: Highway 1.0.3 has RotateRight only.
+template <class V>
+HWY_INLINE void SipRound(V& v0, V& v1, V& v2, V& v3) {
+  v0 = hn::Add(v0, v1);
+  v1 = hn::RotateRight<64 - 13>(v1);
+  v1 = hn::Xor(v1, v0);
+  v0 = hn::RotateRight<32>(v0);
+  v2 = hn::Add(v2, v3);
+  v3 = hn::RotateRight<64 - 16>(v3);
+  v3 = hn::Xor(v3, v2);
+  v0 = hn::Add(v0, v3);
+  v3 = hn::RotateRight<64 - 21>(v3);
+  v3 = hn::Xor(v3, v0);
+  v2 = hn::Add(v2, v1);
+  v1 = hn::RotateRight<64 - 17>(v1);
+  v1 = hn::Xor(v1, v2);
+  v2 = hn::RotateRight<32>(v2);
+}
+
+template <class V>
+HWY_INLINE void SipAbsorb(V& v0, V& v1, V& v2, V& v3, V m) {
+  v3 = hn::Xor(v3, m);
+  SipRound(v0, v1, v2, v3);
+  SipRound(v0, v1, v2, v3);
+  v0 = hn::Xor(v0, m);
+}
+
+// Protocol 2: SipHash-2-4-128 of the 32-byte digest under the filter's key,
+// one digest per lane: four message blocks, the length block (32 << 56),
+// then the 128-bit finalization (probe::siphash24_128_digest).
+struct KeyedHash {
+  probe::KeySchedule key;
+
+  template <class D, class V = hn::VFromD<D>>
+  HWY_INLINE void operator()(D d, V w0, V w1, V w2, V w3, V& h1, V& h2) const {
+    V v0 = hn::Set(d, key.v0);
+    V v1 = hn::Set(d, key.v1);
+    V v2 = hn::Set(d, key.v2);
+    V v3 = hn::Set(d, key.v3);
+    SipAbsorb(v0, v1, v2, v3, w0);
+    SipAbsorb(v0, v1, v2, v3, w1);
+    SipAbsorb(v0, v1, v2, v3, w2);
+    SipAbsorb(v0, v1, v2, v3, w3);
+    SipAbsorb(v0, v1, v2, v3, hn::Set(d, std::uint64_t{32} << 56));
+    v2 = hn::Xor(v2, hn::Set(d, std::uint64_t{0xee}));
+    for (int r = 0; r < 4; ++r) SipRound(v0, v1, v2, v3);
+    h1 = hn::Xor(hn::Xor(v0, v1), hn::Xor(v2, v3));
+    v1 = hn::Xor(v1, hn::Set(d, std::uint64_t{0xdd}));
+    for (int r = 0; r < 4; ++r) SipRound(v0, v1, v2, v3);
+    h2 = hn::Xor(hn::Xor(v0, v1), hn::Xor(v2, v3));
+  }
+  probe::HashPair operator()(const std::uint8_t* digest) const {
+    return probe::keyed_hashes(key, digest);
+  }
+};
+
 // For digests[0, count), count <= kBlock: first[i] = h1 mod m,
 // step[i] = (h2 | 1) mod m. The first `lanes`-multiple go through vectors,
 // the rest through the protocol header.
-template <class StoreFirst>
-HWY_INLINE void ComputeStarts(const simd::ModConstants& constants, const Digest* digests,
-                              std::size_t count, std::uint64_t* step, StoreFirst&& store_first) {
+template <class Hash, class StoreFirst>
+HWY_INLINE void ComputeStarts(const Hash& hash, const simd::ModConstants& constants,
+                              const Digest* digests, std::size_t count, std::uint64_t* step,
+                              StoreFirst&& store_first) {
   using D = hn::ScalableTag<std::uint64_t>;
   const D d;
   const std::size_t lanes = hn::Lanes(d);
@@ -169,19 +245,18 @@ HWY_INLINE void ComputeStarts(const simd::ModConstants& constants, const Digest*
   const auto one = hn::Set(d, std::uint64_t{1});
   std::size_t i = 0;
   for (; i + lanes <= count; i += lanes) {
-    // A digest is four u64: h1, h2 and 16 bytes the protocol ignores.
-    hn::VFromD<D> w0, w1, w2, w3;
+    // A digest is four u64 (protocol 1 reads the first two).
+    hn::VFromD<D> w0, w1, w2, w3, h1, h2;
     hn::LoadInterleaved4(d, reinterpret_cast<const std::uint64_t*>(digests + i), w0, w1, w2, w3);
-    const auto h1 = ByteSwap64(d, w0);
-    const auto h2 = ByteSwap64(d, w1);
+    hash(d, w0, w1, w2, w3, h1, h2);
     store_first(d, i, ModM(d, h1, c));
     hn::StoreU(ModM(d, hn::Or(h2, one), c), d, step + i);
   }
   for (; i < count; ++i) {
-    const std::uint8_t* bytes = digests[i].bytes.data();
+    const probe::HashPair h = hash(digests[i].bytes.data());
     const hn::CappedTag<std::uint64_t, 1> d1;
-    store_first(d1, i, hn::Set(d1, probe::first_index(probe::h1_of(bytes), constants.m)));
-    step[i] = probe::step_of(probe::h2_of(bytes), constants.m);
+    store_first(d1, i, hn::Set(d1, probe::first_index(h.h1, constants.m)));
+    step[i] = probe::step_of(h.h2, constants.m);
   }
 }
 
@@ -312,9 +387,11 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
 // and AVX2 / AVX-512 hardware gathers measured 3x (absent) to 7x (present)
 // slower here than these loads (docs/performance.md); the vector work is the
 // index computation.
-HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstants& constants,
-                           const Digest* digests, std::size_t count, Answer* answers,
-                           simd::detail::BlockState& block, bool& members) {
+template <class Hash>
+HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
+                           const simd::ModConstants& constants, const Digest* digests,
+                           std::size_t count, Answer* answers, simd::detail::BlockState& block,
+                           bool& members) {
   using simd::detail::kPositionMask;
   std::uint64_t* HWY_RESTRICT state = block.state;
   const std::uint64_t* HWY_RESTRICT step = block.step;  // by digest index, never moved
@@ -326,7 +403,7 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
     // After a block of mostly members, expect another: every probe of every
     // digest, no compaction, straight from the starts.
     ComputeStarts(
-        constants, digests, count, block.step,
+        hash, constants, digests, count, block.step,
         [state](auto dn, std::size_t i, auto first) { hn::StoreU(first, dn, state + i); });
     const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
     for (std::size_t i = count; i % lanes != 0; ++i) {
@@ -338,11 +415,12 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
     members = 4 * maybe > 3 * count;
     return;
   }
-  ComputeStarts(constants, digests, count, block.step, [state](auto dn, std::size_t i, auto first) {
-    // Digest index i + lane in the high half of each state word.
-    hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))), dn,
-               state + i);
-  });
+  ComputeStarts(
+      hash, constants, digests, count, block.step, [state](auto dn, std::size_t i, auto first) {
+        // Digest index i + lane in the high half of each state word.
+        hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))),
+                   dn, state + i);
+      });
   std::fill(answers, answers + count, Answer::kDefinitelyNot);
 
   const std::size_t distance = simd::detail::prefetch_distance(m);
@@ -386,11 +464,13 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const simd::ModConstan
 // block.state[i] = first position and block.step[i] = step of digests[i],
 // i < count <= kBlock, zero-padded to whole vectors (ExpandPositions reads
 // whole vectors; kBlock is a multiple of the lane count). Insert and scatter.
-HWY_INLINE void StartsOfBlock(const simd::ModConstants& constants, const Digest* digests,
-                              std::size_t count, simd::detail::BlockState& block) {
+template <class Hash>
+HWY_INLINE void StartsOfBlock(const Hash& hash, const simd::ModConstants& constants,
+                              const Digest* digests, std::size_t count,
+                              simd::detail::BlockState& block) {
   std::uint64_t* HWY_RESTRICT first = block.state;
   std::uint64_t* HWY_RESTRICT step = block.step;
-  ComputeStarts(constants, digests, count, step,
+  ComputeStarts(hash, constants, digests, count, step,
                 [first](auto dn, std::size_t i, auto v) { hn::StoreU(v, dn, first + i); });
   const std::size_t lanes = hn::Lanes(hn::ScalableTag<std::uint64_t>());
   for (std::size_t i = count; i % lanes != 0; ++i) {
@@ -404,13 +484,14 @@ HWY_INLINE void StartsOfBlock(const simd::ModConstants& constants, const Digest*
 // line of the next batch (for writing) and the next block's digests, then a
 // tight loop ORs the bits in, so k x batch stores overlap their misses
 // instead of waiting for them one digest at a time.
+template <class Hash>
 HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t hash_count,
-                            const simd::ModConstants& constants, const Digest* digests,
-                            std::size_t count, const Digest* next_digests, std::size_t next_count,
-                            simd::detail::BlockState& block) {
+                            const Hash& hash, const simd::ModConstants& constants,
+                            const Digest* digests, std::size_t count, const Digest* next_digests,
+                            std::size_t next_count, simd::detail::BlockState& block) {
   std::uint64_t* HWY_RESTRICT first = block.state;
   std::uint64_t* HWY_RESTRICT step = block.step;
-  StartsOfBlock(constants, digests, count, block);
+  StartsOfBlock(hash, constants, digests, count, block);
   const std::uint64_t m = constants.m;
   const bool prefetch = m / 8 >= simd::detail::kPrefetchMinBytes;
   const std::size_t batch = simd::detail::insert_batch_size(m);
@@ -471,14 +552,16 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
 // sends its position straight to `words` with an atomic OR: rare for random
 // digests (buckets are sized with headroom), and it keeps a flood of one
 // repeated digest correct without ending the round.
+template <class Hash>
 HWY_INLINE void ScatterBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t hash_count,
-                             const simd::ModConstants& constants, const Digest* digests,
-                             std::size_t count, const simd::PositionBuckets& buckets,
+                             const Hash& hash, const simd::ModConstants& constants,
+                             const Digest* digests, std::size_t count,
+                             const simd::PositionBuckets& buckets,
                              simd::detail::BlockState& block) {
   using simd::detail::kStraight;
   std::uint64_t* HWY_RESTRICT first = block.state;
   std::uint64_t* HWY_RESTRICT step = block.step;
-  StartsOfBlock(constants, digests, count, block);
+  StartsOfBlock(hash, constants, digests, count, block);
   const std::uint64_t m = constants.m;
   const unsigned shift = buckets.range_bits;
   const std::uint32_t offset_mask = (std::uint32_t{1} << shift) - 1;

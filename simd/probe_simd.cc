@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "probe_simd.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -21,49 +21,85 @@
 HWY_BEFORE_NAMESPACE();
 namespace abf::HWY_NAMESPACE {
 
+// Runs `body(hash)` with the hasher of the scheme's protocol: the one
+// branch on the protocol, once per batch.
+template <class Body>
+HWY_INLINE void WithHash(const probe::Scheme& scheme, Body&& body) {
+  if (scheme.protocol == probe::kProtocolKeyed) {
+    body(KeyedHash{scheme.key});
+  } else {
+    body(UnkeyedHash{});
+  }
+}
+
 void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_t count,
                 Answer* answers) {
   const auto constants = simd::ModConstants::of(view.bit_count);
   simd::detail::BlockState& block = simd::detail::thread_scratch();
-  bool members = false;  // whether the last block was mostly members
-  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
-    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-    QueryBlock(view, constants, digests + begin, n, answers + begin, block, members);
-  }
+  WithHash(view, [&](const auto& hash) {
+    bool members = false;  // whether the last block was mostly members
+    for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+      const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+      QueryBlock(view, hash, constants, digests + begin, n, answers + begin, block, members);
+    }
+  });
 }
 
-void InsertBatch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
-                 const Digest* digests, std::size_t count) {
-  const auto constants = simd::ModConstants::of(bit_count);
+void InsertBatch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                 std::size_t count) {
+  const auto constants = simd::ModConstants::of(scheme.bit_count);
   simd::detail::BlockState& block = simd::detail::thread_scratch();
-  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
-    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-    const std::size_t next = std::min(simd::detail::kBlock, count - begin - n);
-    InsertBlock(words, hash_count, constants, digests + begin, n, digests + begin + n, next, block);
-  }
+  WithHash(scheme, [&](const auto& hash) {
+    for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+      const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+      const std::size_t next = std::min(simd::detail::kBlock, count - begin - n);
+      InsertBlock(words, scheme.hash_count, hash, constants, digests + begin, n,
+                  digests + begin + n, next, block);
+    }
+  });
 }
 
-void ScatterPositions(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
-                      const Digest* digests, std::size_t count,
-                      const simd::PositionBuckets& buckets) {
-  const auto constants = simd::ModConstants::of(bit_count);
+void ScatterPositions(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                      std::size_t count, const simd::PositionBuckets& buckets) {
+  const auto constants = simd::ModConstants::of(scheme.bit_count);
   simd::detail::BlockState& block = simd::detail::thread_scratch();
-  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
-    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-    ScatterBlock(words, hash_count, constants, digests + begin, n, buckets, block);
-  }
+  WithHash(scheme, [&](const auto& hash) {
+    for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+      const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+      ScatterBlock(words, scheme.hash_count, hash, constants, digests + begin, n, buckets, block);
+    }
+  });
 }
 
-void ProbeStarts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
+void ProbeStarts(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
                  std::uint64_t* first, std::uint64_t* step) {
-  const auto constants = simd::ModConstants::of(bit_count);
-  for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
-    const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-    ComputeStarts(constants, digests + begin, n, step + begin,
-                  [out = first + begin](auto dn, std::size_t i, auto v) {
-                    hwy::HWY_NAMESPACE::StoreU(v, dn, out + i);
-                  });
-  }
+  const auto constants = simd::ModConstants::of(scheme.bit_count);
+  WithHash(scheme, [&](const auto& hash) {
+    for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
+      const std::size_t n = std::min(simd::detail::kBlock, count - begin);
+      ComputeStarts(hash, constants, digests + begin, n, step + begin,
+                    [out = first + begin](auto dn, std::size_t i, auto v) {
+                      hwy::HWY_NAMESPACE::StoreU(v, dn, out + i);
+                    });
+    }
+  });
+}
+
+void HashBatch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
+               probe::HashPair* out) {
+  using D = hn::ScalableTag<std::uint64_t>;
+  const D d;
+  const std::size_t lanes = hn::Lanes(d);
+  WithHash(scheme, [&](const auto& hash) {
+    std::size_t i = 0;
+    for (; i + lanes <= count; i += lanes) {
+      hn::VFromD<D> w0, w1, w2, w3, h1, h2;
+      hn::LoadInterleaved4(d, reinterpret_cast<const std::uint64_t*>(digests + i), w0, w1, w2, w3);
+      hash(d, w0, w1, w2, w3, h1, h2);
+      hn::StoreInterleaved2(h1, h2, d, reinterpret_cast<std::uint64_t*>(out + i));
+    }
+    for (; i < count; ++i) out[i] = hash(digests[i].bytes.data());
+  });
 }
 
 void ReduceBatch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t count,
@@ -101,6 +137,7 @@ HWY_EXPORT(QueryBatch);
 HWY_EXPORT(InsertBatch);
 HWY_EXPORT(ScatterPositions);
 HWY_EXPORT(ProbeStarts);
+HWY_EXPORT(HashBatch);
 HWY_EXPORT(ReduceBatch);
 HWY_EXPORT(TargetName);
 
@@ -109,20 +146,24 @@ void query_batch(const probe::FilterView& view, const Digest* digests, std::size
   HWY_DYNAMIC_DISPATCH(QueryBatch)(view, digests, count, answers);
 }
 
-void insert_batch(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
-                  const Digest* digests, std::size_t count) noexcept {
-  HWY_DYNAMIC_DISPATCH(InsertBatch)(words, bit_count, hash_count, digests, count);
+void insert_batch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                  std::size_t count) noexcept {
+  HWY_DYNAMIC_DISPATCH(InsertBatch)(scheme, words, digests, count);
 }
 
-void scatter_positions(std::uint64_t* words, std::uint64_t bit_count, std::uint32_t hash_count,
-                       const Digest* digests, std::size_t count,
-                       const PositionBuckets& buckets) noexcept {
-  HWY_DYNAMIC_DISPATCH(ScatterPositions)(words, bit_count, hash_count, digests, count, buckets);
+void scatter_positions(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                       std::size_t count, const PositionBuckets& buckets) noexcept {
+  HWY_DYNAMIC_DISPATCH(ScatterPositions)(scheme, words, digests, count, buckets);
 }
 
-void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
+void probe_starts(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
                   std::uint64_t* first, std::uint64_t* step) noexcept {
-  HWY_DYNAMIC_DISPATCH(ProbeStarts)(bit_count, digests, count, first, step);
+  HWY_DYNAMIC_DISPATCH(ProbeStarts)(scheme, digests, count, first, step);
+}
+
+void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
+                probe::HashPair* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(HashBatch)(scheme, digests, count, out);
 }
 
 void reduce_batch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t count,

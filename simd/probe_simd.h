@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "abf/digest.hpp"
+#include "abf/probe.hpp"
 
 namespace abf::simd {
 
@@ -46,11 +47,17 @@ struct ModConstants {
   }
 };
 
-// first[i] = h1 mod m and step[i] = (h2 | 1) mod m of digests[i], computed
-// by the vector reduction on the dispatched target (tail lanes by the
-// protocol header). For tests.
-void probe_starts(std::uint64_t bit_count, const Digest* digests, std::size_t count,
+// first[i] = h1 mod m and step[i] = (h2 | 1) mod m of digests[i] under the
+// scheme's protocol, computed by the vector hash and reduction on the
+// dispatched target (tail lanes by the protocol header). For tests.
+void probe_starts(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
                   std::uint64_t* first, std::uint64_t* step) noexcept;
+
+// out[i] = (h1, h2) of digests[i] under the scheme's protocol, by the vector
+// hasher of the dispatched target (step 1 alone; tails by the protocol
+// header). For tests and the hash benchmark.
+void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
+                probe::HashPair* out) noexcept;
 
 // out[i] = x[i] mod bit_count by the vector reduction above on the dispatched
 // target (tail lanes by `%`). For tests and the reduction benchmark.

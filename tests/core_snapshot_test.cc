@@ -1,11 +1,14 @@
-// ABF1 snapshots (PROTOCOL.md section 7): the golden file, and a distinct
-// refusal for every way a file can be wrong.
+// ABF1 snapshots (PROTOCOL.md section 7): the golden files of both format
+// versions and both protocols, and a distinct refusal for every way a file
+// can be wrong.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include "abf/abf.hpp"
@@ -16,9 +19,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::uint8_t> golden_bytes() {
-  const std::string text = test::read_file(test::data_path("vectors/member-1000.abf"));
+std::vector<std::uint8_t> file_bytes(const std::string& relative) {
+  const std::string text = test::read_file(test::data_path(relative));
   return {text.begin(), text.end()};
+}
+
+std::vector<std::uint8_t> golden_bytes() { return file_bytes("vectors/member-1000.abf"); }
+std::vector<std::uint8_t> golden_v2_bytes() { return file_bytes("vectors/v2/member-1000-v2.abf"); }
+std::vector<std::uint8_t> golden_keyed_bytes() {
+  return file_bytes("vectors/v2/member-1000-keyed.abf");
 }
 
 // The builds.tsv row the golden snapshot was made from.
@@ -30,8 +39,31 @@ std::vector<std::string> golden_row() {
   return {};
 }
 
+// The v2/builds-v2.tsv row of the keyed golden snapshot: key 0001..0f,
+// 1000 members, n = 1000.
+std::vector<std::string> golden_keyed_row() {
+  for (const auto& row : test::read_tsv("vectors/v2/builds-v2.tsv")) {
+    if (row[0] == test::golden_key().hex && row[1] == "1000" && row[2] == "1000") return row;
+  }
+  ADD_FAILURE() << "builds-v2.tsv has no row for the golden key with 1000/1000";
+  return {};
+}
+
+Key golden_key() { return test::golden_key().key; }
+CatalogId golden_catalog_id() { return test::golden_catalog_id(); }
+
+// Recomputes the header checksum of either format version.
 void reseal_header(std::vector<std::uint8_t>& bytes) {
-  const std::uint64_t checksum = XXH3_64bits(bytes.data(), 72);
+  std::uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 4, 4);
+  std::uint64_t checksum = 0;
+  if (version == 1) {
+    checksum = XXH3_64bits(bytes.data(), 72);
+  } else {
+    std::vector<std::uint8_t> header(bytes.begin(), bytes.begin() + 128);
+    std::memset(header.data() + 72, 0, 8);
+    checksum = XXH3_64bits(header.data(), 128);
+  }
   std::memcpy(bytes.data() + 72, &checksum, 8);
 }
 
@@ -40,17 +72,28 @@ void put(std::vector<std::uint8_t>& bytes, std::size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof(T));
 }
 
-fs::path temp_file(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("abf-snapshot-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
+// A folder of this test's own, removed when the test ends.
+class SnapshotFiles : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::make_temp_dir("abf-snapshot-test"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path file(const std::string& name) const { return dir_ / name; }
+  fs::path dir_;
+};
 
 void write_file(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()),
             static_cast<std::streamsize>(bytes.size()));
+}
+
+// Every maybe among SHA-256("non-member:<i>"), i < limit.
+std::vector<std::uint64_t> non_member_maybes(const Filter& filter, std::uint64_t limit) {
+  std::vector<std::uint64_t> maybe;
+  for (std::uint64_t i = 0; i < limit; ++i) {
+    if (filter.might_contain(test::non_member_digest(i))) maybe.push_back(i);
+  }
+  return maybe;
 }
 
 TEST(Snapshot, GoldenFileLoadsAndAnswersAsItsBuild) {
@@ -74,22 +117,111 @@ TEST(Snapshot, GoldenFileLoadsAndAnswersAsItsBuild) {
   }
 }
 
-TEST(Snapshot, OurBuildSerializesToTheGoldenBytes) {
-  auto filter =
-      build_filter(test::member_digests(1000), {1000, test::parse_hex_float(golden_row()[2])}, 42);
-  ASSERT_TRUE(filter.has_value());
-  EXPECT_EQ(serialize_snapshot(*filter), golden_bytes());
+TEST(Snapshot, GoldenVersion2FilesLoadAndAnswerAsTheirBuilds) {
+  const auto row = golden_row();
+  for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+    auto filter = load_snapshot(test::data_path("vectors/v2/member-1000-v2.abf"), mode);
+    ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+    EXPECT_EQ(filter->hash_protocol_version(), 1u);
+    EXPECT_EQ(filter->catalog_id(), golden_catalog_id());
+    EXPECT_TRUE(filter->scheme().key_fingerprint().is_zero());
+    EXPECT_EQ(sha256(filter->payload()).hex(), row[6]);
+    EXPECT_EQ(non_member_maybes(*filter, 100'000), test::split_numbers(row[7]));
+  }
+  const auto keyed_row = golden_keyed_row();
+  for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+    auto filter = load_snapshot(test::data_path("vectors/v2/member-1000-keyed.abf"),
+                                LoadOptions{.mode = mode, .key = golden_key()});
+    ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+    EXPECT_EQ(filter->hash_protocol_version(), 2u);
+    EXPECT_EQ(filter->catalog_version(), 42u);
+    EXPECT_EQ(filter->catalog_id(), golden_catalog_id());
+    EXPECT_EQ(filter->scheme().key_fingerprint().hex(), test::golden_key().fingerprint_hex);
+    EXPECT_EQ(filter->bit_count(), std::stoull(keyed_row[4]));
+    EXPECT_EQ(filter->hash_count(), std::stoul(keyed_row[5]));
+    EXPECT_EQ(filter->popcount(), std::stoull(keyed_row[6]));
+    EXPECT_EQ(sha256(filter->payload()).hex(), keyed_row[7]);
+    EXPECT_EQ(non_member_maybes(*filter, 20'000), test::split_numbers(keyed_row[8]));
+    for (const Digest& member : test::member_digests(1000)) {
+      ASSERT_TRUE(filter->might_contain(member));
+    }
+  }
 }
 
-TEST(Snapshot, SaveAndLoadRoundTrip) {
-  auto filter = build_filter(test::random_digests(5000, 1), {10'000, 0.001}, 77);
+TEST(Snapshot, AKeyedSnapshotOpensWithItsKeyOnly) {
+  const auto path = test::data_path("vectors/v2/member-1000-keyed.abf");
+  const auto bytes = golden_keyed_bytes();
+  const auto without = load_snapshot(path);
+  ASSERT_FALSE(without.has_value());
+  EXPECT_EQ(without.error().code, ErrorCode::kKeyRequired) << without.error().describe();
+  EXPECT_EQ(parse_snapshot(bytes).error().code, ErrorCode::kKeyRequired);
+
+  const test::VectorKey other_key = test::other_key();
+  const Key other = other_key.key;
+  const auto wrong = load_snapshot(path, LoadOptions{.key = other});
+  ASSERT_FALSE(wrong.has_value());
+  EXPECT_EQ(wrong.error().code, ErrorCode::kKeyMismatch) << wrong.error().describe();
+  EXPECT_EQ(parse_snapshot(bytes, other).error().code, ErrorCode::kKeyMismatch);
+  // The message names both fingerprints and never the key.
+  EXPECT_NE(wrong.error().message.find(test::golden_key().fingerprint_hex), std::string::npos);
+  EXPECT_EQ(wrong.error().message.find(other_key.hex), std::string::npos);
+  EXPECT_EQ(wrong.error().message.find(test::golden_key().hex), std::string::npos);
+
+  // A key given for an unkeyed snapshot is refused too.
+  const auto unkeyed = load_snapshot(test::data_path("vectors/v2/member-1000-v2.abf"),
+                                     LoadOptions{.key = golden_key()});
+  ASSERT_FALSE(unkeyed.has_value());
+  EXPECT_EQ(unkeyed.error().code, ErrorCode::kKeyMismatch) << unkeyed.error().describe();
+
+  // The header needs no key.
+  const auto header = read_snapshot_header(path);
+  ASSERT_TRUE(header.has_value()) << header.error().describe();
+  EXPECT_EQ(header->hash_protocol_version, 2u);
+  EXPECT_EQ(header->key_fingerprint.hex(), test::golden_key().fingerprint_hex);
+}
+
+TEST(Snapshot, OurBuildsSerializeToTheGoldenBytes) {
+  const BloomSpec spec{1000, test::parse_hex_float(golden_row()[2])};
+  auto unkeyed =
+      build_filter(test::member_digests(1000), spec,
+                   BuildOptions{.catalog_version = 42, .catalog_id = golden_catalog_id()});
+  ASSERT_TRUE(unkeyed.has_value());
+  EXPECT_EQ(serialize_snapshot(*unkeyed), golden_v2_bytes());
+  for (const Backend backend : {Backend::kScalar, Backend::kSimd}) {
+    auto keyed = build_filter(
+        test::member_digests(1000), spec,
+        BuildOptions{.catalog_version = 42, .catalog_id = golden_catalog_id(), .key = golden_key()},
+        backend);
+    ASSERT_TRUE(keyed.has_value());
+    EXPECT_EQ(serialize_snapshot(*keyed), golden_keyed_bytes()) << backend.name();
+  }
+}
+
+TEST(Snapshot, AVersion1FileIsRewrittenAsVersion2WithTheSamePayload) {
+  auto v1 = parse_snapshot(golden_bytes());
+  ASSERT_TRUE(v1.has_value()) << v1.error().describe();
+  EXPECT_TRUE(v1->catalog_id().is_zero()) << "a version-1 file names no catalog";
+  const auto rewritten = serialize_snapshot(*v1);
+  auto expected = golden_v2_bytes();
+  // The version-2 golden file names its catalog; with a zero id the header
+  // differs in those 16 bytes and the checksum only.
+  std::memset(expected.data() + 80, 0, 16);
+  reseal_header(expected);
+  EXPECT_EQ(rewritten, expected);
+}
+
+TEST_F(SnapshotFiles, SaveAndLoadRoundTrip) {
+  const Key key = *Key::parse_hex("0f0e0d0c0b0a09080706050403020100");
+  auto filter = build_filter(test::random_digests(5000, 1), {10'000, 0.001},
+                             BuildOptions{.catalog_version = 77, .key = key});
   ASSERT_TRUE(filter.has_value());
-  const fs::path path = temp_file("round-trip.abf");
+  const fs::path path = file("round-trip.abf");
   ASSERT_TRUE(save_snapshot(*filter, path).has_value());
   for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
-    auto loaded = load_snapshot(path, mode);
+    auto loaded = load_snapshot(path, LoadOptions{.mode = mode, .key = key});
     ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
     EXPECT_EQ(serialize_snapshot(*loaded), serialize_snapshot(*filter));
+    EXPECT_TRUE(loaded->scheme() == filter->scheme());
     EXPECT_EQ(loaded->info().spec.target_fpp, 0.001);
   }
   const auto header = read_snapshot_header(path);
@@ -99,17 +231,17 @@ TEST(Snapshot, SaveAndLoadRoundTrip) {
   fs::remove(path);
 }
 
-TEST(Snapshot, SaveIntoAMissingDirectoryFailsAndCreatesNothing) {
+TEST_F(SnapshotFiles, SaveIntoAMissingDirectoryFailsAndCreatesNothing) {
   auto filter = build_filter({}, {10, 0.01});
-  const fs::path path = temp_file("no-such-dir") / "x.abf";
+  const fs::path path = file("no-such-dir") / "x.abf";
   const auto saved = save_snapshot(*filter, path);
   ASSERT_FALSE(saved.has_value());
   EXPECT_EQ(saved.error().code, ErrorCode::kIo);
   EXPECT_FALSE(fs::exists(path));
 }
 
-TEST(Snapshot, SaveReplacesAnExistingFileWhole) {
-  const fs::path path = temp_file("replace.abf");
+TEST_F(SnapshotFiles, SaveReplacesAnExistingFileWhole) {
+  const fs::path path = file("replace.abf");
   write_file(path, {1, 2, 3});
   auto filter = build_filter(test::random_digests(10, 2), {10, 0.01});
   ASSERT_TRUE(save_snapshot(*filter, path).has_value());
@@ -125,27 +257,31 @@ struct Corruption {
   const char* name;
   void (*apply)(std::vector<std::uint8_t>&);
   ErrorCode expected;
+  bool version1_only = false;  // a rule of version 1's layout of the header
 };
 
+// Rules of both versions, applied to the version-1 golden file.
 const Corruption kCorruptions[] = {
     {"header shorter than 128 bytes", [](auto& b) { b.resize(100); },
      ErrorCode::kSnapshotTruncated},
     {"empty file", [](auto& b) { b.clear(); }, ErrorCode::kSnapshotTruncated},
     {"wrong magic", [](auto& b) { b[0] = 'X'; }, ErrorCode::kSnapshotBadMagic},
-    {"format version 2",
+    {"format version 3",
      [](auto& b) {
-       put<std::uint32_t>(b, 4, 2);
+       put<std::uint32_t>(b, 4, 3);
        reseal_header(b);
      },
      ErrorCode::kSnapshotUnsupportedFormat},
+    {"format version 2 with a version-1 checksum", [](auto& b) { put<std::uint32_t>(b, 4, 2); },
+     ErrorCode::kSnapshotHeaderChecksum, true},
     {"header byte flipped", [](auto& b) { b[20] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
     {"header checksum flipped", [](auto& b) { b[72] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
-    {"hash protocol 2",
+    {"hash protocol 2 in format version 1",
      [](auto& b) {
        put<std::uint32_t>(b, 8, 2);
        reseal_header(b);
      },
-     ErrorCode::kSnapshotUnsupportedHashProtocol},
+     ErrorCode::kSnapshotUnsupportedHashProtocol, true},
     {"hash count 0",
      [](auto& b) {
        put<std::uint32_t>(b, 12, 0);
@@ -194,13 +330,35 @@ const Corruption kCorruptions[] = {
        reseal_header(b);
      },
      ErrorCode::kSnapshotBadTargetFpp},
+    {"hash count 7 changed to 8: not the layout of (n, p)",
+     [](auto& b) {
+       put<std::uint32_t>(b, 12, 8);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotLayoutMismatch},
+    {"bit count one word larger, payload to match: not the layout of (n, p)",
+     [](auto& b) {
+       put<std::uint64_t>(b, 24, 9664);
+       put<std::uint64_t>(b, 56, 1208);
+       b.insert(b.end(), 8, 0);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotLayoutMismatch},
+    {"target fpp doubled: not the layout of (n, p)",
+     [](auto& b) {
+       double p = 0;
+       std::memcpy(&p, b.data() + 48, 8);
+       put<double>(b, 48, p * 2);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotLayoutMismatch},
     {"payload length off by 8",
      [](auto& b) {
        put<std::uint64_t>(b, 56, 1208);
        reseal_header(b);
      },
      ErrorCode::kSnapshotBadPayloadLength},
-    {"reserved byte set", [](auto& b) { b[127] = 1; }, ErrorCode::kSnapshotReservedNotZero},
+    {"reserved byte set", [](auto& b) { b[127] = 1; }, ErrorCode::kSnapshotReservedNotZero, true},
     {"payload truncated", [](auto& b) { b.pop_back(); }, ErrorCode::kSnapshotPayloadTruncated},
     {"payload extended", [](auto& b) { b.push_back(0); }, ErrorCode::kSnapshotTrailingBytes},
     {"payload bit flipped", [](auto& b) { b[128 + 500] ^= 0x10; },
@@ -213,25 +371,86 @@ const Corruption kCorruptions[] = {
      ErrorCode::kSnapshotPayloadChecksum},
 };
 
-TEST(Snapshot, RefusesEveryCorruptionWithItsOwnError) {
-  for (const Corruption& corruption : kCorruptions) {
-    SCOPED_TRACE(corruption.name);
-    auto bytes = golden_bytes();
-    corruption.apply(bytes);
-    const auto parsed = parse_snapshot(bytes);
-    ASSERT_FALSE(parsed.has_value());
-    EXPECT_EQ(parsed.error().code, corruption.expected) << parsed.error().describe();
+// Version 2's own rules, applied to the version-2 golden file (protocol 1).
+const Corruption kVersion2Corruptions[] = {
+    {"header byte flipped", [](auto& b) { b[20] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
+    {"catalog id byte flipped", [](auto& b) { b[85] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
+    {"reserved byte flipped", [](auto& b) { b[110] ^= 1; }, ErrorCode::kSnapshotHeaderChecksum},
+    {"version-1 checksum",
+     [](auto& b) {
+       const std::uint64_t checksum = XXH3_64bits(b.data(), 72);
+       std::memcpy(b.data() + 72, &checksum, 8);
+     },
+     ErrorCode::kSnapshotHeaderChecksum},
+    {"hash protocol 3",
+     [](auto& b) {
+       put<std::uint32_t>(b, 8, 3);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotUnsupportedHashProtocol},
+    {"hash protocol 0",
+     [](auto& b) {
+       put<std::uint32_t>(b, 8, 0);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotUnsupportedHashProtocol},
+    {"protocol 1 with a key fingerprint",
+     [](auto& b) {
+       b[96] = 0x82;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotBadKeyFingerprint},
+    {"hash count 7 changed to 8",
+     [](auto& b) {
+       put<std::uint32_t>(b, 12, 8);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotLayoutMismatch},
+    {"first reserved byte set",
+     [](auto& b) {
+       b[104] = 1;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotReservedNotZero},
+    {"last reserved byte set",
+     [](auto& b) {
+       b[127] = 1;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotReservedNotZero},
+    {"payload bit flipped", [](auto& b) { b[128 + 500] ^= 0x10; },
+     ErrorCode::kSnapshotPayloadChecksum},
+    {"payload truncated", [](auto& b) { b.pop_back(); }, ErrorCode::kSnapshotPayloadTruncated},
+};
 
-    const fs::path path = temp_file("corrupt.abf");
-    write_file(path, bytes);
-    for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
-      const auto loaded = load_snapshot(path, mode);
-      ASSERT_FALSE(loaded.has_value());
-      EXPECT_EQ(loaded.error().code, corruption.expected) << loaded.error().describe();
-      EXPECT_NE(loaded.error().message.find(path.string()), std::string::npos)
-          << "the error should name the file: " << loaded.error().message;
-    }
-    fs::remove(path);
+void expect_refused(const fs::path& dir, std::vector<std::uint8_t> bytes,
+                    const Corruption& corruption) {
+  SCOPED_TRACE(corruption.name);
+  corruption.apply(bytes);
+  const auto parsed = parse_snapshot(bytes);
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_EQ(parsed.error().code, corruption.expected) << parsed.error().describe();
+
+  const fs::path path = dir / "corrupt.abf";
+  write_file(path, bytes);
+  for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+    const auto loaded = load_snapshot(path, mode);
+    ASSERT_FALSE(loaded.has_value());
+    EXPECT_EQ(loaded.error().code, corruption.expected) << loaded.error().describe();
+    EXPECT_NE(loaded.error().message.find(path.string()), std::string::npos)
+        << "the error should name the file: " << loaded.error().message;
+  }
+  fs::remove(path);
+}
+
+TEST_F(SnapshotFiles, RefusesEveryCorruptionWithItsOwnError) {
+  for (const Corruption& corruption : kCorruptions) {
+    expect_refused(dir_, golden_bytes(), corruption);
+    // The rules of both versions hold for version 2 as well.
+    if (!corruption.version1_only) expect_refused(dir_, golden_v2_bytes(), corruption);
+  }
+  for (const Corruption& corruption : kVersion2Corruptions) {
+    expect_refused(dir_, golden_v2_bytes(), corruption);
   }
 }
 

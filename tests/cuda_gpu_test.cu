@@ -28,7 +28,7 @@
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
 #include "cuda_error.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "launch.hpp"
 #include "test_support.hpp"
 

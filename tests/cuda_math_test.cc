@@ -11,7 +11,8 @@
 
 #include "abf/cuda/view.hpp"
 #include "abf/probe.hpp"
-#include "engines.hpp"
+#include "engine.hpp"
+#include "kernels.hpp"
 #include "test_support.hpp"
 
 namespace abf {
@@ -179,14 +180,16 @@ TEST(CudaMathTest, ViewQueryAndInsertMatchTheScalarReference) {
     for (std::size_t i = 0; i < digests.size(); i += 3) members.push_back(digests[i]);
     for (std::uint32_t k = probe::kMinHashCount; k <= probe::kMaxHashCount; ++k) {
       std::vector<std::uint64_t> reference(m / 64, 0);
-      scalar::insert_batch(reference.data(), m, k, members.data(), members.size());
+      scalar::insert_batch(probe::unkeyed_scheme(m, k), reference.data(), members.data(),
+                           members.size());
       std::vector<std::uint64_t> built(m / 64, 0);
       const cuda::DeviceBuildView build = cuda::make_build_view(built.data(), m, k);
       for (const Digest& d : members) cuda::insert(build, d.bytes.data());
       ASSERT_EQ(built, reference) << "m = " << m << " k = " << k;
 
       std::vector<Answer> expected(digests.size());
-      const probe::FilterView scalar_view{reference.data(), m, k};
+      const probe::FilterView scalar_view =
+          probe::make_view(reference.data(), probe::unkeyed_scheme(m, k));
       scalar::query_batch(scalar_view, digests.data(), digests.size(), expected.data());
       const cuda::DeviceFilterView view = cuda::make_view(reference.data(), m, k);
       for (std::size_t i = 0; i < digests.size(); ++i) {
@@ -201,11 +204,11 @@ TEST(CudaMathTest, ViewQueryAndInsertMatchTheScalarReference) {
 // Without a device (this machine, CI) the engine says so: a specific code and
 // a message naming the cause, never a silent answer.
 TEST(CudaMathTest, EngineWithoutADeviceIsAClearError) {
-  if (cuda_engine::device_present()) {
-    GTEST_SKIP() << "a CUDA device is present: " << cuda_engine::device_description();
-  }
-  EXPECT_FALSE(cuda_engine::device_description().empty());
-  const auto lane = cuda_engine::open_lane(64, 3);
+  const detail::Engine& cuda = detail::kCudaEngine;
+  if (cuda.available()) GTEST_SKIP() << "a CUDA device is present: " << cuda.detail();
+  EXPECT_FALSE(cuda.detail().empty());
+  std::uint64_t words[1] = {};
+  const auto lane = cuda.open_lane(*Scheme::unkeyed({64, 3}), words);
   ASSERT_FALSE(lane.has_value());
   EXPECT_EQ(lane.error().code, ErrorCode::kBackendUnavailable) << lane.error().message;
   EXPECT_NE(lane.error().message.find("CUDA"), std::string::npos) << lane.error().message;

@@ -112,11 +112,11 @@ TEST(MergeFilters, ExplicitCatalogVersionMergesDifferentVersions) {
 
 // A filter like `base` but with one header field changed.
 Filter with_info(const Filter& base, const FilterInfo& info) {
-  auto words = allocate_words(info.layout.bit_count / 64);
+  auto words = allocate_words(info.layout().bit_count / 64);
   const auto source = base.words();
-  std::copy_n(source.begin(), std::min<std::size_t>(source.size(), info.layout.bit_count / 64),
+  std::copy_n(source.begin(), std::min<std::size_t>(source.size(), info.layout().bit_count / 64),
               words.get());
-  auto filter = Filter::from_words(info, std::move(words), info.layout.bit_count / 64);
+  auto filter = Filter::from_words(info, std::move(words), info.layout().bit_count / 64);
   EXPECT_TRUE(filter.has_value()) << filter.error().describe();
   return std::move(*filter);
 }
@@ -131,10 +131,10 @@ TEST(MergeFilters, RefusesEveryMismatchWithAClearError) {
   };
   std::vector<Case> cases;
   FilterInfo info = base.info();
-  info.layout.bit_count += 64;
+  info.scheme = *Scheme::unkeyed({info.layout().bit_count + 64, info.layout().hash_count});
   cases.push_back({"bitCount", info});
   info = base.info();
-  info.layout.hash_count += 1;
+  info.scheme = *Scheme::unkeyed({info.layout().bit_count, info.layout().hash_count + 1});
   cases.push_back({"hashCount", info});
   info = base.info();
   info.spec.expected_item_count += 1;
@@ -273,23 +273,18 @@ TEST_F(MergeCommand, MismatchFailsAndLeavesNoOutput) {
 
 // A snapshot of another hashProtocolVersion puts its bits elsewhere: it is
 // refused when loaded, before any merging, with the file named.
-TEST_F(MergeCommand, RefusesAnotherHashProtocolVersion) {
+TEST_F(MergeCommand, RefusesAKeyedInputWithoutItsKey) {
   const auto digests = test::random_digests(100, 10);
-  const Filter filter = build(digests, {.expected_item_count = 100, .target_fpp = 0.01});
-  const auto a = save(filter, "a.abf");
-  auto bytes = serialize_snapshot(filter);
-  const std::uint32_t protocol = 2;
-  std::memcpy(bytes.data() + 8, &protocol, 4);
-  const std::uint64_t checksum = XXH3_64bits(bytes.data(), 72);
-  std::memcpy(bytes.data() + 72, &checksum, 8);
-  write_bytes("v2.abf", bytes);
+  const BloomSpec spec{.expected_item_count = 100, .target_fpp = 0.01};
+  const auto a = save(build(digests, spec), "a.abf");
+  auto keyed = build_filter(digests, spec, BuildOptions{.key = test::golden_key().key});
+  ASSERT_TRUE(keyed.has_value());
+  const auto b = save(*keyed, "keyed.abf");
   const auto out = dir_ / "merged.abf";
   std::string errors;
-  EXPECT_EQ(
-      abf("merge " + a + " " + (dir_ / "v2.abf").string() + " --output " + out.string(), &errors),
-      1);
-  EXPECT_NE(errors.find("v2.abf"), std::string::npos) << errors;
-  EXPECT_NE(errors.find("hash_protocol"), std::string::npos) << errors;
+  EXPECT_EQ(abf("merge " + a + " " + b + " --output " + out.string(), &errors), 1);
+  EXPECT_NE(errors.find("keyed.abf"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("key_required"), std::string::npos) << errors;
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -11,7 +11,7 @@
 
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "parallel.hpp"
 #include "test_support.hpp"
 #include "thread_support.hpp"
@@ -31,7 +31,8 @@ std::vector<std::uint64_t> parallel_bits(const ParallelOptions& options, std::ui
                                          std::uint32_t hash_count,
                                          const std::vector<Digest>& digests) {
   std::vector<std::uint64_t> words(bit_count / 64, 0);
-  detail::parallel_insert(options, scalar::insert_batch, words.data(), bit_count, hash_count,
+  detail::parallel_insert(options, scalar::insert_batch,
+                          probe::unkeyed_scheme(bit_count, hash_count), words.data(),
                           digests.data(), digests.size());
   return words;
 }

@@ -13,7 +13,7 @@
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
 #include "abf/snapshot.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 #include "partition.hpp"
 #include "test_support.hpp"
 #include "thread_support.hpp"
@@ -36,7 +36,7 @@ std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32
                                             std::span<const std::size_t> chunks,
                                             std::uint64_t* overflowed = nullptr) {
   std::vector<std::uint64_t> words(bit_count / 64, 0);
-  PartitionedBuild build(bit_count, hash_count, slots, tuning);
+  PartitionedBuild build(probe::unkeyed_scheme(bit_count, hash_count), slots, tuning);
   std::size_t offset = 0;
   for (std::size_t c = 0; offset < digests.size(); ++c) {
     const std::size_t size =
@@ -146,24 +146,26 @@ TEST(PartitionedBuild, ClampsRangesToAWordAndToTheLargestFilter) {
     EXPECT_EQ(partitioned_bits(191872, 7, 2, {range_bits, 0}, digests, chunks), expected)
         << "range_bits=" << range_bits;
   }
-  EXPECT_EQ(PartitionedBuild(191872, 7, 1, {0, 0}).bucket_count(), 191872u / 64);
-  EXPECT_EQ(PartitionedBuild(191872, 7, 1, {63, 0}).bucket_count(), 1u);
+  EXPECT_EQ(PartitionedBuild(probe::unkeyed_scheme(191872, 7), 1, {0, 0}).bucket_count(),
+            191872u / 64);
+  EXPECT_EQ(PartitionedBuild(probe::unkeyed_scheme(191872, 7), 1, {63, 0}).bucket_count(), 1u);
 }
 
 TEST(PartitionedBuild, SizesItsRoundsFromTheBudget) {
   // Default: twice the filter's size in entries (at most 256 MiB), shared
   // by the slots; a round fills the buckets to 80%.
   const std::uint64_t m = std::uint64_t{1} << 30;  // 128 MiB: 1024 buckets of 2^20 bits
-  const PartitionedBuild one(m, 7, 1);
+  const PartitionedBuild one(probe::unkeyed_scheme(m, 7), 1);
   EXPECT_EQ(one.bucket_count(), 1024u);
   EXPECT_EQ(one.bucket_capacity(), (256u << 20) / 4 / 1024);
   EXPECT_EQ(one.round_digests(), std::size_t{65536} * 1024 * 4 / 5 / 7);
-  const PartitionedBuild small(std::uint64_t{1} << 28, 7, 1);  // 32 MiB: 256 buckets
+  const PartitionedBuild small(probe::unkeyed_scheme(std::uint64_t{1} << 28, 7),
+                               1);  // 32 MiB: 256 buckets
   EXPECT_EQ(small.bucket_capacity(), (64u << 20) / 4 / 256);
-  const PartitionedBuild four(m, 7, 4);
+  const PartitionedBuild four(probe::unkeyed_scheme(m, 7), 4);
   EXPECT_EQ(four.bucket_capacity(), one.bucket_capacity() / 4);
   // A bucket never holds fewer than 64 entries, whatever the budget.
-  const PartitionedBuild tiny(m, 7, 4, {20, 1});
+  const PartitionedBuild tiny(probe::unkeyed_scheme(m, 7), 4, {20, 1});
   EXPECT_EQ(tiny.bucket_capacity(), 64u);
 }
 
@@ -178,7 +180,7 @@ TEST(PartitionedBuild, BucketsStartAnOddNumberOfCacheLinesApart) {
        {std::uint64_t{1} << 28, std::uint64_t{959295488}, std::uint64_t{1} << 30}) {
     for (const std::size_t slots : {1, 2, 3}) {
       for (const std::size_t budget_mib : {0, 7, 100, 256}) {
-        const PartitionedBuild build(m, 7, slots, {20, budget_mib << 20});
+        const PartitionedBuild build(probe::unkeyed_scheme(m, 7), slots, {20, budget_mib << 20});
         const std::size_t stride = build.bucket_stride();
         ASSERT_GE(stride, build.bucket_capacity());
         ASSERT_EQ(stride % kLineEntries, 0u) << stride;

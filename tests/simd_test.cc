@@ -21,8 +21,8 @@
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
 #include "abf/probe.hpp"
-#include "engines.hpp"
 #include "hwy/targets.h"
+#include "kernels.hpp"
 #include "probe_simd.h"
 #include "test_support.hpp"
 
@@ -118,7 +118,8 @@ int ors_for(std::uint32_t k) { return k <= 2 ? 1 : (k <= 8 ? 3 : 4); }
 std::vector<std::uint64_t> mixed_bitset(std::uint64_t m, std::uint32_t k,
                                         const std::vector<Digest>& digests, std::uint64_t seed) {
   auto words = random_bitset(m, ors_for(k), seed);
-  scalar::insert_batch(words.data(), m, k, digests.data(), digests.size() / 4);
+  scalar::insert_batch(probe::unkeyed_scheme(m, k), words.data(), digests.data(),
+                       digests.size() / 4);
   return words;
 }
 
@@ -189,7 +190,8 @@ TEST_P(SimdEngineTest, ProbeStartsEqualTheProtocolForAdversarialWords) {
   for (const std::uint64_t m : all_bit_counts()) {
     const auto digests = adversarial_digests(m);
     std::vector<std::uint64_t> first(digests.size()), step(digests.size());
-    simd::probe_starts(m, digests.data(), digests.size(), first.data(), step.data());
+    simd::probe_starts(probe::unkeyed_scheme(m, 1), digests.data(), digests.size(), first.data(),
+                       step.data());
     for (std::size_t i = 0; i < digests.size(); ++i) {
       const auto* bytes = digests[i].bytes.data();
       ASSERT_EQ(first[i], probe::first_index(probe::h1_of(bytes), m))
@@ -207,7 +209,8 @@ TEST_P(SimdEngineTest, ProbeStartsEqualTheProtocolForRandomDigestsAndBitCounts) 
   const auto digests = test::random_digests(2000, 11);
   std::vector<std::uint64_t> first(digests.size()), step(digests.size());
   for (const std::uint64_t m : counts) {
-    simd::probe_starts(m, digests.data(), digests.size(), first.data(), step.data());
+    simd::probe_starts(probe::unkeyed_scheme(m, 1), digests.data(), digests.size(), first.data(),
+                       step.data());
     for (std::size_t i = 0; i < digests.size(); ++i) {
       const auto* bytes = digests[i].bytes.data();
       ASSERT_EQ(first[i], probe::first_index(probe::h1_of(bytes), m)) << "m " << m;
@@ -225,8 +228,9 @@ TEST_P(SimdEngineTest, QueryEqualsScalarForEveryHashCount) {
     for (const int ors : {1, 3, 4}) base[ors] = random_bitset(m, ors, m * 33 + ors);
     for (std::uint32_t k = 1; k <= probe::kMaxHashCount; ++k) {
       auto words = base[ors_for(k)];
-      scalar::insert_batch(words.data(), m, k, digests.data(), digests.size() / 4);
-      const probe::FilterView view{words.data(), m, k};
+      scalar::insert_batch(probe::unkeyed_scheme(m, k), words.data(), digests.data(),
+                           digests.size() / 4);
+      const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
       const auto expected = scalar_answers(view, digests.data(), digests.size());
       const auto got = simd_answers(view, digests.data(), digests.size());
       ASSERT_EQ(got, expected) << "m " << m << " k " << k;
@@ -246,8 +250,9 @@ TEST_P(SimdEngineTest, InsertEqualsScalarForEveryHashCount) {
     digests.insert(digests.end(), adversarial.begin(), adversarial.end());
     for (std::uint32_t k = 1; k <= probe::kMaxHashCount; ++k) {
       std::vector<std::uint64_t> expected(m / 64, 0), got(m / 64, 0);
-      scalar::insert_batch(expected.data(), m, k, digests.data(), digests.size());
-      simd::insert_batch(got.data(), m, k, digests.data(), digests.size());
+      scalar::insert_batch(probe::unkeyed_scheme(m, k), expected.data(), digests.data(),
+                           digests.size());
+      simd::insert_batch(probe::unkeyed_scheme(m, k), got.data(), digests.data(), digests.size());
       ASSERT_EQ(got, expected) << "m " << m << " k " << k;
     }
   }
@@ -276,9 +281,10 @@ TEST_P(SimdEngineTest, ScatterPutsEveryPositionInItsBucketOrInTheWords) {
                                               entries.data(), fill.data(), &overflowed};
           // Two calls: the second appends behind the first.
           const std::size_t half = digests.size() / 2;
-          simd::scatter_positions(words.data(), m, k, digests.data(), half, buckets);
-          simd::scatter_positions(words.data(), m, k, digests.data() + half, digests.size() - half,
+          simd::scatter_positions(probe::unkeyed_scheme(m, k), words.data(), digests.data(), half,
                                   buckets);
+          simd::scatter_positions(probe::unkeyed_scheme(m, k), words.data(), digests.data() + half,
+                                  digests.size() - half, buckets);
           // Expected: every position, as (bucket, offset), in a multiset.
           std::map<std::uint64_t, std::uint64_t> expected;
           for (const Digest& digest : digests) {
@@ -353,11 +359,13 @@ TEST_P(SimdEngineTest, InsertAndQueryEqualScalarAtTheLargestBitCounts) {
     for (const std::uint32_t k : {1u, 2u, 7u, 31u, 32u}) {
       std::fill(large.a.begin(), large.a.begin() + word_count, 0);
       std::fill(large.b.begin(), large.b.begin() + word_count, 0);
-      scalar::insert_batch(large.a.data(), m, k, digests.data(), digests.size() / 2);
-      simd::insert_batch(large.b.data(), m, k, digests.data(), digests.size() / 2);
+      scalar::insert_batch(probe::unkeyed_scheme(m, k), large.a.data(), digests.data(),
+                           digests.size() / 2);
+      simd::insert_batch(probe::unkeyed_scheme(m, k), large.b.data(), digests.data(),
+                         digests.size() / 2);
       ASSERT_TRUE(std::equal(large.a.begin(), large.a.begin() + word_count, large.b.begin()))
           << "m " << m << " k " << k;
-      const probe::FilterView view{large.a.data(), m, k};
+      const probe::FilterView view = probe::make_view(large.a.data(), probe::unkeyed_scheme(m, k));
       const auto expected = scalar_answers(view, digests.data(), digests.size());
       ASSERT_EQ(simd_answers(view, digests.data(), digests.size()), expected)
           << "m " << m << " k " << k;
@@ -372,7 +380,7 @@ TEST_P(SimdEngineTest, EveryBatchSizeAndStartingElement) {
   const std::uint32_t k = 5;
   const auto digests = test::random_digests(5200, 5);
   const auto words = mixed_bitset(m, k, digests, 3);
-  const probe::FilterView view{words.data(), m, k};
+  const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
   std::vector<std::size_t> sizes;
   for (std::size_t n = 0; n <= 33; ++n) sizes.push_back(n);  // 0, 1, lanes - 1, lanes, lanes + 1
   for (const std::size_t n : {1023u, 1024u, 1025u, 2047u, 2048u, 2049u, 5000u}) sizes.push_back(n);
@@ -382,8 +390,8 @@ TEST_P(SimdEngineTest, EveryBatchSizeAndStartingElement) {
       const auto expected = scalar_answers(view, start, n);
       ASSERT_EQ(simd_answers(view, start, n), expected) << "offset " << offset << " n " << n;
       std::vector<std::uint64_t> a(m / 64, 0), b(m / 64, 0);
-      scalar::insert_batch(a.data(), m, k, start, n);
-      simd::insert_batch(b.data(), m, k, start, n);
+      scalar::insert_batch(probe::unkeyed_scheme(m, k), a.data(), start, n);
+      simd::insert_batch(probe::unkeyed_scheme(m, k), b.data(), start, n);
       ASSERT_EQ(b, a) << "offset " << offset << " n " << n;
     }
   }
@@ -397,14 +405,15 @@ TEST_P(SimdEngineTest, RunsOfMembersAndNonMembersInOneBatch) {
       const auto members = test::random_digests(5000, m + k);
       const auto others = test::random_digests(5000, m + k + 1000);
       std::vector<std::uint64_t> words(m / 64, 0);
-      scalar::insert_batch(words.data(), m, k, members.data(), members.size());
+      scalar::insert_batch(probe::unkeyed_scheme(m, k), words.data(), members.data(),
+                           members.size());
       std::vector<Digest> batch;
       const std::size_t runs[] = {2048, 1500, 3000, 700, 1024, 2100};
       for (std::size_t r = 0; r < std::size(runs); ++r) {
         const auto& source = r % 2 == 0 ? members : others;
         batch.insert(batch.end(), source.begin() + 100 * r, source.begin() + 100 * r + runs[r]);
       }
-      const probe::FilterView view{words.data(), m, k};
+      const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
       ASSERT_EQ(simd_answers(view, batch.data(), batch.size()),
                 scalar_answers(view, batch.data(), batch.size()))
           << "m " << m << " k " << k;
@@ -418,7 +427,7 @@ TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
   const std::uint32_t k = 7;
   const auto source = test::random_digests(3000, 9);
   const auto words = mixed_bitset(m, k, source, 4);
-  const probe::FilterView view{words.data(), m, k};
+  const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
   for (const std::size_t byte_offset : {1u, 3u, 8u, 13u}) {
     std::vector<std::uint8_t> buffer(source.size() * Digest::kSize + 64);
     std::memcpy(buffer.data() + byte_offset, source.data(), source.size() * Digest::kSize);
@@ -428,8 +437,8 @@ TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
               scalar_answers(view, source.data(), source.size()))
         << "byte offset " << byte_offset;
     std::vector<std::uint64_t> a(m / 64, 0), b(m / 64, 0);
-    scalar::insert_batch(a.data(), m, k, source.data(), source.size());
-    simd::insert_batch(b.data(), m, k, shifted, source.size());
+    scalar::insert_batch(probe::unkeyed_scheme(m, k), a.data(), source.data(), source.size());
+    simd::insert_batch(probe::unkeyed_scheme(m, k), b.data(), shifted, source.size());
     ASSERT_EQ(b, a) << "byte offset " << byte_offset;
   }
 }
@@ -455,17 +464,17 @@ TEST_P(SimdEngineTest, GoldenProbeSequences) {
       const auto indices = test::split_numbers(row[3]);
       ASSERT_EQ(indices.size(), k);
       std::uint64_t first = 0, step = 0;
-      simd::probe_starts(m, &digest, 1, &first, &step);
+      simd::probe_starts(probe::unkeyed_scheme(m, 1), &digest, 1, &first, &step);
       EXPECT_EQ(first, indices[0]) << row[0] << " m " << m;
       if (k >= 2) {
         EXPECT_EQ(step, (indices[1] + m - indices[0]) % m) << row[0] << " m " << m;
       }
 
-      simd::insert_batch(inserted, m, k, &digest, 1);
+      simd::insert_batch(probe::unkeyed_scheme(m, k), inserted, &digest, 1);
       // A filter holding exactly these bits: Maybe; without any one of them:
       // Definitely Not. The probe bits are set in the `expected` union.
       for (const auto i : indices) expected[i / 64] |= std::uint64_t{1} << (i % 64);
-      const probe::FilterView view{inserted, m, k};
+      const probe::FilterView view = probe::make_view(inserted, probe::unkeyed_scheme(m, k));
       Answer answer{};
       simd::query_batch(view, &digest, 1, &answer);
       EXPECT_EQ(answer, Answer::kMaybe) << row[0] << " m " << m << " k " << k;
@@ -508,7 +517,7 @@ TEST_P(SimdEngineTest, GoldenBuilds) {
     const auto k = static_cast<std::uint32_t>(std::stoul(row[4]));
     ASSERT_LE(member_count, members.size());
     std::vector<std::uint64_t> words(m / 64, 0);
-    simd::insert_batch(words.data(), m, k, members.data(), member_count);
+    simd::insert_batch(probe::unkeyed_scheme(m, k), words.data(), members.data(), member_count);
     std::uint64_t popcount = 0;
     for (const auto w : words) popcount += static_cast<std::uint64_t>(std::popcount(w));
     EXPECT_EQ(popcount, std::stoull(row[5])) << "members " << member_count;
@@ -516,7 +525,7 @@ TEST_P(SimdEngineTest, GoldenBuilds) {
         reinterpret_cast<const std::uint8_t*>(words.data()), words.size() * 8));
     EXPECT_EQ(payload.hex(), row[6]) << "members " << member_count;
 
-    const probe::FilterView view{words.data(), m, k};
+    const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
     std::vector<Answer> answers(probes.size());
     simd::query_batch(view, probes.data(), probes.size(), answers.data());
     std::vector<std::uint64_t> maybe;

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -124,6 +126,53 @@ std::string read_file(const std::filesystem::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+std::vector<VectorKey> vector_keys() {
+  std::vector<VectorKey> keys;
+  for (const auto& row : read_tsv("vectors/v2/key-fingerprints.tsv")) {
+    auto key = Key::parse_hex(row.at(0));
+    EXPECT_TRUE(key.has_value()) << row.at(0);
+    if (key) keys.push_back(VectorKey{*key, row.at(0), row.at(1)});
+  }
+  return keys;
+}
+
+VectorKey golden_key() {
+  const std::string file = read_file(data_path("vectors/v2/member-1000-keyed.abf"));
+  EXPECT_GE(file.size(), 128u);
+  KeyFingerprint stored;
+  std::memcpy(stored.bytes.data(), file.data() + 96, 8);
+  for (auto& key : vector_keys()) {
+    if (key.fingerprint_hex == stored.hex()) return key;
+  }
+  ADD_FAILURE() << "no key of key-fingerprints.tsv has the keyed golden file's fingerprint "
+                << stored.hex();
+  return vector_keys().front();
+}
+
+VectorKey other_key() {
+  const VectorKey golden = golden_key();
+  for (auto& key : vector_keys()) {
+    if (key.hex != golden.hex) return key;
+  }
+  ADD_FAILURE() << "key-fingerprints.tsv has a single key";
+  return golden;
+}
+
+CatalogId golden_catalog_id() {
+  const std::string file = read_file(data_path("vectors/v2/member-1000-v2.abf"));
+  EXPECT_GE(file.size(), 128u);
+  CatalogId id;
+  std::memcpy(id.bytes.data(), file.data() + 80, 16);
+  return id;
+}
+
+std::filesystem::path make_temp_dir(std::string_view prefix) {
+  std::string pattern = (std::filesystem::temp_directory_path() / prefix).string() + "-XXXXXX";
+  const char* made = ::mkdtemp(pattern.data());
+  EXPECT_NE(made, nullptr) << "mkdtemp " << pattern << ": " << std::strerror(errno);
+  return pattern;
 }
 
 }  // namespace abf::test

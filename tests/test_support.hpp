@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "abf/digest.hpp"
+#include "abf/scheme.hpp"
 
 namespace abf::test {
 
@@ -38,6 +39,26 @@ std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed);
 
 // A digest whose first two big-endian words are h1 and h2.
 Digest digest_with_words(std::uint64_t h1, std::uint64_t h2);
+
+// A key of vectors/v2/key-fingerprints.tsv.
+struct VectorKey {
+  Key key;
+  std::string hex;              // the key as the file writes it
+  std::string fingerprint_hex;  // its keyFingerprint
+};
+std::vector<VectorKey> vector_keys();
+// The key of vectors/v2/member-1000-keyed.abf: the vector key whose
+// fingerprint that file's header carries.
+VectorKey golden_key();
+// A vector key other than golden_key().
+VectorKey other_key();
+// The catalogId of the version-2 golden files (header bytes 80..96 of
+// vectors/v2/member-1000-v2.abf).
+CatalogId golden_catalog_id();
+
+// A new, empty folder in the temporary directory, named `prefix-XXXXXX`
+// (mkdtemp: unique, so tests run in parallel). The caller removes it.
+std::filesystem::path make_temp_dir(std::string_view prefix);
 
 // What a run of the `abf` binary did.
 struct CliRun {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "abf/digest.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 
 namespace abf::test {
 
@@ -50,7 +50,8 @@ inline constexpr Geometry kGeometries[] = {
 inline std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
                                               std::span<const Digest> digests) {
   std::vector<std::uint64_t> words(bit_count / 64, 0);
-  scalar::insert_batch(words.data(), bit_count, hash_count, digests.data(), digests.size());
+  scalar::insert_batch(probe::unkeyed_scheme(bit_count, hash_count), words.data(), digests.data(),
+                       digests.size());
   return words;
 }
 

@@ -24,6 +24,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "snapshot_header_checksum";
     case ErrorCode::kSnapshotUnsupportedHashProtocol:
       return "snapshot_unsupported_hash_protocol";
+    case ErrorCode::kSnapshotBadKeyFingerprint:
+      return "snapshot_bad_key_fingerprint";
     case ErrorCode::kSnapshotBadHashCount:
       return "snapshot_bad_hash_count";
     case ErrorCode::kSnapshotBadBitCount:
@@ -34,6 +36,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "snapshot_bad_inserted_item_count";
     case ErrorCode::kSnapshotBadTargetFpp:
       return "snapshot_bad_target_fpp";
+    case ErrorCode::kSnapshotLayoutMismatch:
+      return "snapshot_layout_mismatch";
     case ErrorCode::kSnapshotBadPayloadLength:
       return "snapshot_bad_payload_length";
     case ErrorCode::kSnapshotReservedNotZero:
@@ -44,6 +48,14 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "snapshot_trailing_bytes";
     case ErrorCode::kSnapshotPayloadChecksum:
       return "snapshot_payload_checksum";
+    case ErrorCode::kKeyRequired:
+      return "key_required";
+    case ErrorCode::kKeyMismatch:
+      return "key_mismatch";
+    case ErrorCode::kInvalidKey:
+      return "invalid_key";
+    case ErrorCode::kCatalogMismatch:
+      return "catalog_mismatch";
     case ErrorCode::kIncompatibleFilters:
       return "incompatible_filters";
     case ErrorCode::kIo:

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -205,6 +206,7 @@ struct AtomicFile::State {
   int fd = -1;
   bool to_stdout = false;
   bool committed = false;
+  bool replace = true;
   std::vector<std::uint8_t> pending;
 
   ~State() {
@@ -240,7 +242,8 @@ AtomicFile::AtomicFile(AtomicFile&&) noexcept = default;
 AtomicFile& AtomicFile::operator=(AtomicFile&&) noexcept = default;
 AtomicFile::~AtomicFile() = default;
 
-Result<AtomicFile> AtomicFile::create(const std::filesystem::path& path) {
+Result<AtomicFile> AtomicFile::create(const std::filesystem::path& path,
+                                      const AtomicFileOptions& options) {
   auto state = std::make_unique<State>();
   state->pending.reserve(kReadBuffer);
   if (path == "-") {
@@ -264,9 +267,13 @@ Result<AtomicFile> AtomicFile::create(const std::filesystem::path& path) {
   }
   state->fd = fd;
   state->temp_path = temp;
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  state->replace = options.replace;
+  // mkstemp made it 0600; widen it to what was asked, less the umask.
+  if ((options.permissions & 0777) != 0600) {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, static_cast<mode_t>(options.permissions & 0777) & ~mask);
+  }
   return AtomicFile(std::move(state));
 }
 
@@ -299,7 +306,13 @@ Result<void> AtomicFile::commit() {
     return fail(ErrorCode::kIo, s.display() + ": close failed: " + errno_text());
   }
   s.fd = -1;
-  if (::rename(s.temp_path.c_str(), s.final_path.c_str()) != 0) {
+  if (!s.replace) {
+    if (::renameat2(AT_FDCWD, s.temp_path.c_str(), AT_FDCWD, s.final_path.c_str(),
+                    RENAME_NOREPLACE) != 0) {
+      return fail(ErrorCode::kIo,
+                  s.display() + ": cannot move the finished file into place: " + errno_text());
+    }
+  } else if (::rename(s.temp_path.c_str(), s.final_path.c_str()) != 0) {
     return fail(ErrorCode::kIo,
                 s.display() + ": cannot rename the finished file into place: " + errno_text());
   }

@@ -32,8 +32,17 @@ std::string mismatch(const MergeOptions& options, const Filter& first, const Fil
          << label_of(options, index) << " has " << b;
     return text.str();
   };
-  // Every Filter follows hashProtocolVersion 1: loaders refuse other versions
-  // (kSnapshotUnsupportedHashProtocol) and builders only write this one.
+  if (first.catalog_id() != other.catalog_id()) {
+    return differs("catalogId", first.catalog_id().hex(), other.catalog_id().hex());
+  }
+  if (first.hash_protocol_version() != other.hash_protocol_version()) {
+    return differs("hashProtocolVersion", first.hash_protocol_version(),
+                   other.hash_protocol_version());
+  }
+  if (first.scheme().key_fingerprint() != other.scheme().key_fingerprint()) {
+    return differs("keyFingerprint", first.scheme().key_fingerprint().hex(),
+                   other.scheme().key_fingerprint().hex());
+  }
   if (first.hash_count() != other.hash_count()) {
     return differs("hashCount", first.hash_count(), other.hash_count());
   }
@@ -50,6 +59,11 @@ std::string mismatch(const MergeOptions& options, const Filter& first, const Fil
   if (std::bit_cast<std::uint64_t>(first.target_fpp()) !=
       std::bit_cast<std::uint64_t>(other.target_fpp())) {
     return differs("targetFpp", first.target_fpp(), other.target_fpp());
+  }
+  // Equal fingerprints with unequal keys: 2^-64 by chance, but never merged.
+  if (!(first.scheme() == other.scheme())) {
+    return "keys differ: " + label_of(options, 0) + " and " + label_of(options, index) +
+           " were built with different keys of the same fingerprint";
   }
   return {};
 }

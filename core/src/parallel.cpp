@@ -47,15 +47,16 @@ struct ProbeBlock {
 
 // Computes the k bit indices of up to kBlock digests and prefetches their
 // words for writing. m <= 2^30, so an index fits 32 bits.
-inline void compute_block(const probe::Reducer& reducer, std::uint32_t hash_count,
+inline void compute_block(const probe::Scheme& scheme, const probe::Reducer& reducer,
                           std::uint64_t* words, const Digest* digests, std::size_t n,
                           ProbeBlock& block) noexcept {
   const std::uint64_t m = reducer.m;
+  const std::uint32_t hash_count = scheme.hash_count;
   std::size_t e = 0;
   for (std::size_t b = 0; b < n; ++b) {
-    const std::uint8_t* d = digests[b].bytes.data();
-    std::uint64_t i = reducer.reduce(probe::h1_of(d));
-    const std::uint64_t step = reducer.reduce(probe::h2_of(d) | 1);
+    const probe::HashPair h = probe::hashes_of(scheme, digests[b].bytes.data());
+    std::uint64_t i = reducer.reduce(h.h1);
+    const std::uint64_t step = reducer.reduce(h.h2 | 1);
     for (std::uint32_t j = 0; j < hash_count; ++j) {
       block.bits[e++] = static_cast<std::uint32_t>(i);
       __builtin_prefetch(words + probe::word_of(i), 1, 3);
@@ -82,15 +83,15 @@ inline void apply_block(std::uint64_t* words, const ProbeBlock& block) noexcept 
 
 // The shard body: inserts `count` digests, software-pipelined one block deep.
 template <bool kAtomic>
-void insert_shard(const probe::Reducer& reducer, std::uint32_t hash_count, std::uint64_t* words,
+void insert_shard(const probe::Scheme& scheme, const probe::Reducer& reducer, std::uint64_t* words,
                   const Digest* digests, std::size_t count) noexcept {
   ProbeBlock blocks[2];
   std::size_t done = std::min(count, kBlock);
-  compute_block(reducer, hash_count, words, digests, done, blocks[0]);
+  compute_block(scheme, reducer, words, digests, done, blocks[0]);
   int current = 0;
   while (done < count) {
     const std::size_t n = std::min(count - done, kBlock);
-    compute_block(reducer, hash_count, words, digests + done, n, blocks[current ^ 1]);
+    compute_block(scheme, reducer, words, digests + done, n, blocks[current ^ 1]);
     apply_block<kAtomic>(words, blocks[current]);
     current ^= 1;
     done += n;
@@ -98,18 +99,17 @@ void insert_shard(const probe::Reducer& reducer, std::uint32_t hash_count, std::
   apply_block<kAtomic>(words, blocks[current]);
 }
 
-void insert_atomic_or(std::size_t grain, std::uint64_t* words, std::uint64_t bit_count,
-                      std::uint32_t hash_count, const Digest* digests, std::size_t count) {
-  const probe::Reducer reducer(bit_count);
+void insert_atomic_or(std::size_t grain, const probe::Scheme& scheme, std::uint64_t* words,
+                      const Digest* digests, std::size_t count) {
+  const probe::Reducer reducer(scheme.bit_count);
   parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
-    insert_shard<true>(reducer, hash_count, words, digests + begin, end - begin);
+    insert_shard<true>(scheme, reducer, words, digests + begin, end - begin);
   });
 }
 
-void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* words,
-                          std::uint64_t bit_count, std::uint32_t hash_count, const Digest* digests,
-                          std::size_t count) {
-  const std::size_t word_count = bit_count / 64;
+void insert_shard_bitsets(InsertFn engine, std::size_t grain, const probe::Scheme& scheme,
+                          std::uint64_t* words, const Digest* digests, std::size_t count) {
+  const std::size_t word_count = scheme.bit_count / 64;
   // One contiguous part per thread (fewer when shards of `grain` run out):
   // part 0 writes straight into `words`, every other part into a private
   // zeroed bitset. Memory is (parts - 1) x filter whatever the scheduling.
@@ -127,7 +127,7 @@ void insert_shard_bitsets(InsertFn engine, std::size_t grain, std::uint64_t* wor
         private_bits[p] = allocate_words(word_count);
         target = private_bits[p].get();
       }
-      engine(target, bit_count, hash_count, digests + begin, end - begin);
+      engine(scheme, target, digests + begin, end - begin);
     }
   });
   // OR-reduce by word range: each task reads every private copy of its range.
@@ -150,22 +150,24 @@ constexpr unsigned kRangeShiftMax = 25;  // ranges of at most 4 MiB: two fit the
 constexpr unsigned kRangeShiftMin = 15;  // and at least 4 KiB
 
 template <class Sink>
-inline void for_each_probe(const probe::Reducer& reducer, std::uint32_t hash_count,
+inline void for_each_probe(const probe::Scheme& scheme, const probe::Reducer& reducer,
                            const Digest* digests, std::size_t count, Sink&& sink) {
   const std::uint64_t m = reducer.m;
   for (std::size_t d = 0; d < count; ++d) {
-    const std::uint8_t* bytes = digests[d].bytes.data();
-    std::uint64_t i = reducer.reduce(probe::h1_of(bytes));
-    const std::uint64_t step = reducer.reduce(probe::h2_of(bytes) | 1);
-    for (std::uint32_t j = 0; j < hash_count; ++j) {
+    const probe::HashPair h = probe::hashes_of(scheme, digests[d].bytes.data());
+    std::uint64_t i = reducer.reduce(h.h1);
+    const std::uint64_t step = reducer.reduce(h.h2 | 1);
+    for (std::uint32_t j = 0; j < scheme.hash_count; ++j) {
       sink(static_cast<std::uint32_t>(i));
       i = probe::advance(i, step, m);
     }
   }
 }
 
-void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bit_count,
-                       std::uint32_t hash_count, const Digest* digests, std::size_t count) {
+void insert_word_range(std::size_t grain, const probe::Scheme& scheme, std::uint64_t* words,
+                       const Digest* digests, std::size_t count) {
+  const std::uint64_t bit_count = scheme.bit_count;
+  const std::uint32_t hash_count = scheme.hash_count;
   const probe::Reducer reducer(bit_count);
   // At least 4 ranges per thread, so owners balance.
   const auto threads = static_cast<std::uint64_t>(available_threads());
@@ -190,7 +192,7 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
       for (std::size_t s = first_shard; s < end_shard; ++s) {
         std::size_t* counts = cursors.data() + s * ranges;
         const auto [begin, size] = shard_span(s);
-        for_each_probe(reducer, hash_count, begin, size,
+        for_each_probe(scheme, reducer, begin, size,
                        [&](std::uint32_t i) { ++counts[i >> shift]; });
       }
     });
@@ -210,7 +212,7 @@ void insert_word_range(std::size_t grain, std::uint64_t* words, std::uint64_t bi
       for (std::size_t s = first_shard; s < end_shard; ++s) {
         std::size_t* cursor = cursors.data() + s * ranges;
         const auto [begin, size] = shard_span(s);
-        for_each_probe(reducer, hash_count, begin, size,
+        for_each_probe(scheme, reducer, begin, size,
                        [&](std::uint32_t i) { sorted[cursor[i >> shift]++] = i; });
       }
     });
@@ -255,39 +257,38 @@ void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest*
   parallel_query(ParallelOptions{}, engine, view, digests, count, answers);
 }
 
-void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint64_t* words,
-                     std::uint64_t bit_count, std::uint32_t hash_count, const Digest* digests,
-                     std::size_t count) {
+void parallel_insert(const ParallelOptions& options, InsertFn engine, const probe::Scheme& scheme,
+                     std::uint64_t* words, const Digest* digests, std::size_t count) {
   const std::size_t grain = options.grain != 0 ? options.grain : kInsertGrain;
   if (count == 0) return;
   if (!options.force_split && (count <= grain || available_threads() == 1)) {
-    engine(words, bit_count, hash_count, digests, count);
+    engine(scheme, words, digests, count);
     return;
   }
   MergeStrategy strategy = options.strategy;
   if (strategy == MergeStrategy::kAuto) {
-    strategy = choose_strategy(bit_count, hash_count, count, available_threads());
+    strategy = choose_strategy(scheme.bit_count, scheme.hash_count, count, available_threads());
   }
   switch (strategy) {
     case MergeStrategy::kAuto:
     case MergeStrategy::kSerial:
-      engine(words, bit_count, hash_count, digests, count);
+      engine(scheme, words, digests, count);
       return;
     case MergeStrategy::kAtomicOr:
-      insert_atomic_or(grain, words, bit_count, hash_count, digests, count);
+      insert_atomic_or(grain, scheme, words, digests, count);
       return;
     case MergeStrategy::kShardBitsets:
-      insert_shard_bitsets(engine, grain, words, bit_count, hash_count, digests, count);
+      insert_shard_bitsets(engine, grain, scheme, words, digests, count);
       return;
     case MergeStrategy::kWordRange:
-      insert_word_range(grain, words, bit_count, hash_count, digests, count);
+      insert_word_range(grain, scheme, words, digests, count);
       return;
   }
 }
 
-void parallel_insert(InsertFn engine, std::uint64_t* words, std::uint64_t bit_count,
-                     std::uint32_t hash_count, const Digest* digests, std::size_t count) {
-  parallel_insert(ParallelOptions{}, engine, words, bit_count, hash_count, digests, count);
+void parallel_insert(InsertFn engine, const probe::Scheme& scheme, std::uint64_t* words,
+                     const Digest* digests, std::size_t count) {
+  parallel_insert(ParallelOptions{}, engine, scheme, words, digests, count);
 }
 
 }  // namespace abf::detail

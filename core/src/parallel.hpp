@@ -21,7 +21,7 @@ namespace abf::detail {
 
 // A single-threaded engine entry point (scalar::query_batch, simd::query_batch).
 using QueryFn = void (*)(const probe::FilterView&, const Digest*, std::size_t, Answer*) noexcept;
-using InsertFn = void (*)(std::uint64_t*, std::uint64_t, std::uint32_t, const Digest*,
+using InsertFn = void (*)(const probe::Scheme&, std::uint64_t*, const Digest*,
                           std::size_t) noexcept;
 
 // Answers digests[i] into answers[i], in chunks spread over the arena. Small
@@ -30,7 +30,7 @@ void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest*
                     std::size_t count, Answer* answers);
 
 // Sets the bits of every digest in `words` (bit_count / 64 words). The bitset
-// is identical to engine(words, ..., digests, count) run serially: OR is
+// is identical to engine(scheme, words, digests, count) run serially: OR is
 // commutative, so neither the split nor the order can change it.
 //
 // With one thread in the arena, or a batch too small to split, this is the
@@ -38,8 +38,8 @@ void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest*
 // the strategy choose_strategy() picks (docs/parallel.md has the
 // measurements): extra memory stays below 256 MiB + 16 MiB whatever the
 // filter, batch or thread count.
-void parallel_insert(InsertFn engine, std::uint64_t* words, std::uint64_t bit_count,
-                     std::uint32_t hash_count, const Digest* digests, std::size_t count);
+void parallel_insert(InsertFn engine, const probe::Scheme& scheme, std::uint64_t* words,
+                     const Digest* digests, std::size_t count);
 
 // How concurrent shards combine their bits. All three give the same bitset;
 // they differ in speed and memory (bench/parallel_bench.cc measures them).
@@ -80,9 +80,8 @@ struct ParallelOptions {
   bool force_split = false;  // split even with one thread or a small batch
 };
 
-void parallel_insert(const ParallelOptions& options, InsertFn engine, std::uint64_t* words,
-                     std::uint64_t bit_count, std::uint32_t hash_count, const Digest* digests,
-                     std::size_t count);
+void parallel_insert(const ParallelOptions& options, InsertFn engine, const probe::Scheme& scheme,
+                     std::uint64_t* words, const Digest* digests, std::size_t count);
 
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers);

@@ -108,17 +108,18 @@ std::size_t pooled_entry_bytes() noexcept { return EntriesPool::instance().held_
 
 void release_pooled_entries() noexcept { EntriesPool::instance().clear(); }
 
-PartitionedBuild::PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_count,
-                                   std::size_t slots, const PartitionTuning& tuning)
-    : bit_count_(bit_count),
-      hash_count_(hash_count),
+PartitionedBuild::PartitionedBuild(const probe::Scheme& scheme, std::size_t slots,
+                                   const PartitionTuning& tuning)
+    : scheme_(scheme),
+      bit_count_(scheme.bit_count),
+      hash_count_(scheme.hash_count),
       range_bits_(std::clamp(tuning.range_bits, 6u, 30u)),  // a word .. kMaxBitCount
-      bucket_count_(static_cast<std::size_t>((bit_count + (std::uint64_t{1} << range_bits_) - 1) >>
-                                             range_bits_)) {
+      bucket_count_(static_cast<std::size_t>(
+          (scheme.bit_count + (std::uint64_t{1} << range_bits_) - 1) >> range_bits_)) {
   slots = std::max<std::size_t>(1, slots);
   std::size_t budget = tuning.budget_bytes;
   if (budget == 0) {
-    budget = std::clamp<std::size_t>(bit_count / 4, std::size_t{1} << 20, std::size_t{256} << 20);
+    budget = std::clamp<std::size_t>(bit_count_ / 4, std::size_t{1} << 20, std::size_t{256} << 20);
   }
   const std::size_t per_slot = budget / sizeof(std::uint32_t) / slots;
   capacity_ = static_cast<std::uint32_t>(
@@ -128,7 +129,7 @@ PartitionedBuild::PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_c
   // digests off the atomic path (a bucket of 1000 entries is then 7 standard
   // deviations from full).
   round_digests_ = std::max<std::size_t>(
-      1, static_cast<std::size_t>(capacity_) * bucket_count_ * 4 / 5 / hash_count);
+      1, static_cast<std::size_t>(capacity_) * bucket_count_ * 4 / 5 / hash_count_);
   slots_.resize(slots);
   for (auto& slot : slots_) {
     slot.entries = allocate_entries(bucket_count_ * stride_);
@@ -156,8 +157,7 @@ void PartitionedBuild::add(std::uint64_t* words, const Digest* digests, std::siz
         Slot& slot = slots_[s];
         const simd::PositionBuckets buckets{range_bits_,        capacity_,        stride_,
                                             slot.entries.get(), slot.fill.data(), &slot.overflowed};
-        simd::scatter_positions(words, bit_count_, hash_count_, digests + begin, end - begin,
-                                buckets);
+        simd::scatter_positions(scheme_, words, digests + begin, end - begin, buckets);
       }
     });
     buffered_ += per_slot;

@@ -24,7 +24,8 @@
 #include <vector>
 
 #include "abf/digest.hpp"
-#include "engines.hpp"
+#include "abf/probe.hpp"
+#include "kernels.hpp"
 
 namespace abf::detail {
 
@@ -56,7 +57,7 @@ void release_pooled_entries() noexcept;
 class PartitionedBuild {
  public:
   // `slots`: how many threads will scatter at once (>= 1).
-  PartitionedBuild(std::uint64_t bit_count, std::uint32_t hash_count, std::size_t slots,
+  PartitionedBuild(const probe::Scheme& scheme, std::size_t slots,
                    const PartitionTuning& tuning = {});
   ~PartitionedBuild();
   PartitionedBuild(const PartitionedBuild&) = delete;
@@ -88,6 +89,7 @@ class PartitionedBuild {
   // Applies buckets [first, last) of every slot and empties them.
   void apply_buckets(std::uint64_t* words, std::size_t first, std::size_t last);
 
+  probe::Scheme scheme_;
   std::uint64_t bit_count_;
   std::uint32_t hash_count_;
   unsigned range_bits_;

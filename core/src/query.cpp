@@ -1,9 +1,8 @@
-// Filter::query: resolves the backend and hands the batch to its engine.
+// Filter::query: asks the engine table which engine runs the batch.
 #include <string>
 
 #include "abf/filter.hpp"
-#include "engines.hpp"
-#include "parallel.hpp"
+#include "engine.hpp"
 
 namespace abf {
 
@@ -14,26 +13,14 @@ Result<void> Filter::query(std::span<const Digest> digests, std::span<Answer> an
                                                  std::to_string(answers.size()) + " entries for " +
                                                  std::to_string(digests.size()) + " digests");
   }
-  auto resolved = resolve_backend(backend, digests.size(), bit_count() / 8);
-  if (!resolved) return std::unexpected(resolved.error());
-  switch (*resolved) {
-    case Backend::kScalar:
-      detail::parallel_query(scalar::query_batch, view(), digests.data(), digests.size(),
-                             answers.data());
-      return {};
-    case Backend::kCuda: {
-      auto done = cuda_engine::query_batch(*this, digests.data(), digests.size(), answers.data());
-      if (done || backend != Backend::kAuto) return done;
-      // Auto chose the GPU and it failed (out of memory, device lost): the
-      // CPU gives the same answers.
-      break;
-    }
-    case Backend::kAuto:
-    case Backend::kSimd:
-      break;
-  }
-  detail::parallel_query(simd::query_batch, view(), digests.data(), digests.size(), answers.data());
-  return {};
+  auto choice = detail::choose_engine(backend, {digests.size(), bit_count() / 8});
+  if (!choice) return std::unexpected(choice.error());
+  auto done = choice->engine->query(*this, digests, answers);
+  const detail::Engine& fallback = detail::fallback_engine();
+  if (done || !choice->automatic || choice->engine == &fallback) return done;
+  // The automatic choice failed at run time (a GPU out of memory or lost):
+  // the fallback gives the same answers.
+  return fallback.query(*this, digests, answers.first(digests.size()));
 }
 
 }  // namespace abf

@@ -10,11 +10,14 @@
 #include <bit>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "abf/io.hpp"
+#include "abf/layout.hpp"
 #include "abf/probe.hpp"
+#include "abf/scheme.hpp"
 
 namespace abf {
 
@@ -24,8 +27,12 @@ static_assert(std::endian::native == std::endian::little,
               "snapshot integers are little-endian; big-endian hosts need byte swaps here");
 
 constexpr char kMagic[4] = {'A', 'B', 'F', '1'};
-constexpr std::size_t kHeaderChecksummedBytes = 72;
-constexpr std::size_t kReservedOffset = 80;
+constexpr std::size_t kHeaderChecksumOffset = 72;
+constexpr std::size_t kCatalogIdOffset = 80;
+constexpr std::size_t kKeyFingerprintOffset = 96;
+// Where the reserved (all zero) bytes start in each format version.
+constexpr std::size_t kReservedOffsetV1 = 80;
+constexpr std::size_t kReservedOffsetV2 = 104;
 // kAuto maps snapshots at least this large instead of copying them.
 constexpr std::uint64_t kMapThreshold = std::uint64_t{64} << 20;
 
@@ -64,8 +71,22 @@ SnapshotHeader decode_fields(const std::uint8_t* bytes) {
   h.target_fpp = load_le<double>(bytes + 48);
   h.payload_length = load_le<std::uint64_t>(bytes + 56);
   h.payload_checksum = load_le<std::uint64_t>(bytes + 64);
-  h.header_checksum = load_le<std::uint64_t>(bytes + 72);
+  h.header_checksum = load_le<std::uint64_t>(bytes + kHeaderChecksumOffset);
+  if (h.format_version == 2) {
+    std::memcpy(h.catalog_id.bytes.data(), bytes + kCatalogIdOffset, h.catalog_id.bytes.size());
+    std::memcpy(h.key_fingerprint.bytes.data(), bytes + kKeyFingerprintOffset,
+                h.key_fingerprint.bytes.size());
+  }
   return h;
+}
+
+// The header checksum of format `version` over the 128 header bytes.
+std::uint64_t header_checksum(const std::uint8_t* bytes, std::uint32_t version) {
+  if (version == 1) return xxh3({bytes, kHeaderChecksumOffset});
+  std::uint8_t copy[kSnapshotHeaderSize];
+  std::memcpy(copy, bytes, kSnapshotHeaderSize);
+  std::memset(copy + kHeaderChecksumOffset, 0, 8);
+  return xxh3({copy, kSnapshotHeaderSize});
 }
 
 // Checks the 128 header bytes against every rule, in order. `file_size` is
@@ -85,30 +106,38 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
   }
   const SnapshotHeader h = decode_fields(bytes);
 
-  if (h.format_version != kSnapshotFormatVersion) {
+  if (h.format_version != 1 && h.format_version != 2) {
     return error(ErrorCode::kSnapshotUnsupportedFormat,
                  "format version " + std::to_string(h.format_version) +
-                     " is not supported (this build reads version 1)");
+                     " is not supported (this build reads versions 1 and 2)");
   }
   // The checksum before the fields: a corrupt header is not interpreted.
-  if (const auto actual = xxh3({bytes, kHeaderChecksummedBytes}); actual != h.header_checksum) {
+  if (const auto actual = header_checksum(bytes, h.format_version); actual != h.header_checksum) {
     return error(ErrorCode::kSnapshotHeaderChecksum, "header checksum mismatch (stored " +
                                                          hex64(h.header_checksum) + ", computed " +
                                                          hex64(actual) + ")");
   }
-  if (h.hash_protocol_version != probe::kHashProtocolVersion) {
+  const bool known_protocol =
+      h.hash_protocol_version == probe::kProtocolUnkeyed ||
+      (h.format_version == 2 && h.hash_protocol_version == probe::kProtocolKeyed);
+  if (!known_protocol) {
     return error(ErrorCode::kSnapshotUnsupportedHashProtocol,
                  "hash protocol version " + std::to_string(h.hash_protocol_version) +
-                     " is not supported (this build implements version 1)");
+                     " is not supported in format version " + std::to_string(h.format_version) +
+                     (h.format_version == 1 ? " (which has protocol 1 only)"
+                                            : " (this build implements protocols 1 and 2)"));
   }
-  if (h.hash_count < probe::kMinHashCount || h.hash_count > probe::kMaxHashCount) {
-    return error(ErrorCode::kSnapshotBadHashCount,
-                 "hash count " + std::to_string(h.hash_count) + " is outside 1..32");
+  if (h.hash_protocol_version == probe::kProtocolUnkeyed && !h.key_fingerprint.is_zero()) {
+    return error(ErrorCode::kSnapshotBadKeyFingerprint,
+                 "an unkeyed (protocol 1) snapshot carries a key fingerprint " +
+                     h.key_fingerprint.hex() + "; it must be zero");
   }
-  if (h.bit_count < probe::kMinBitCount || h.bit_count > probe::kMaxBitCount ||
-      h.bit_count % 64 != 0) {
-    return error(ErrorCode::kSnapshotBadBitCount, "bit count " + std::to_string(h.bit_count) +
-                                                      " is not a multiple of 64 in 64..2^30");
+  const Layout layout{h.bit_count, h.hash_count};
+  if (check_layout(layout) == LayoutFault::kHashCount) {
+    return error(ErrorCode::kSnapshotBadHashCount, describe_layout_fault(layout));
+  }
+  if (check_layout(layout) == LayoutFault::kBitCount) {
+    return error(ErrorCode::kSnapshotBadBitCount, describe_layout_fault(layout));
   }
   if (h.expected_item_count < 1 || h.expected_item_count > probe::kMaxExpectedItemCount) {
     return error(
@@ -125,12 +154,27 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
         ErrorCode::kSnapshotBadTargetFpp,
         "target false-positive rate " + std::to_string(h.target_fpp) + " is not in (0, 1)");
   }
+  // The layout must be the one section 3 chooses: a hashCount changed (and
+  // checksums recomputed) would otherwise make members answer Definitely Not.
+  if (auto chosen = choose_layout({h.expected_item_count, h.target_fpp});
+      !chosen || *chosen != layout) {
+    char fpp[32];
+    std::snprintf(fpp, sizeof fpp, "%.17g", h.target_fpp);
+    return error(ErrorCode::kSnapshotLayoutMismatch,
+                 "bit count " + std::to_string(h.bit_count) + " and hash count " +
+                     std::to_string(h.hash_count) + " are not the layout of n = " +
+                     std::to_string(h.expected_item_count) + ", p = " + fpp +
+                     (chosen ? " (m = " + std::to_string(chosen->bit_count) +
+                                   ", k = " + std::to_string(chosen->hash_count) + ")"
+                             : " (" + chosen.error().message + ")"));
+  }
   if (h.payload_length != h.bit_count / 8) {
     return error(ErrorCode::kSnapshotBadPayloadLength,
                  "payload length " + std::to_string(h.payload_length) +
                      " is not bit count / 8 = " + std::to_string(h.bit_count / 8));
   }
-  for (std::size_t i = kReservedOffset; i < kSnapshotHeaderSize; ++i) {
+  for (std::size_t i = h.format_version == 1 ? kReservedOffsetV1 : kReservedOffsetV2;
+       i < kSnapshotHeaderSize; ++i) {
     if (bytes[i] != 0) {
       return error(ErrorCode::kSnapshotReservedNotZero,
                    "reserved header byte " + std::to_string(i) + " is not zero");
@@ -160,9 +204,14 @@ Result<void> check_payload(const SnapshotHeader& h, const std::uint8_t* payload,
   return {};
 }
 
-FilterInfo info_of(const SnapshotHeader& h) {
-  return FilterInfo{BloomSpec{h.expected_item_count, h.target_fpp},
-                    Layout{h.bit_count, h.hash_count}, h.inserted_item_count, h.catalog_version};
+// The filter a validated header describes, opened with `key`.
+Result<FilterInfo> info_of(const SnapshotHeader& h, const std::optional<Key>& key,
+                           const std::string& where) {
+  auto scheme = Scheme::open(Layout{h.bit_count, h.hash_count}, h.hash_protocol_version,
+                             h.key_fingerprint, key, where);
+  if (!scheme) return std::unexpected(scheme.error());
+  return FilterInfo{BloomSpec{h.expected_item_count, h.target_fpp}, *scheme, h.inserted_item_count,
+                    h.catalog_version, h.catalog_id};
 }
 
 class Fd {
@@ -203,7 +252,7 @@ std::vector<std::uint8_t> encode_snapshot_header(const Filter& filter) {
   std::uint8_t* p = header.data();
   std::memcpy(p, kMagic, 4);
   store_le<std::uint32_t>(p + 4, kSnapshotFormatVersion);
-  store_le<std::uint32_t>(p + 8, probe::kHashProtocolVersion);
+  store_le<std::uint32_t>(p + 8, filter.hash_protocol_version());
   store_le<std::uint32_t>(p + 12, filter.hash_count());
   store_le<std::uint64_t>(p + 16, filter.catalog_version());
   store_le<std::uint64_t>(p + 24, filter.bit_count());
@@ -212,7 +261,9 @@ std::vector<std::uint8_t> encode_snapshot_header(const Filter& filter) {
   store_le<double>(p + 48, filter.target_fpp());
   store_le<std::uint64_t>(p + 56, filter.bit_count() / 8);
   store_le<std::uint64_t>(p + 64, xxh3(filter.payload()));
-  store_le<std::uint64_t>(p + 72, xxh3({p, kHeaderChecksummedBytes}));
+  std::memcpy(p + kCatalogIdOffset, filter.catalog_id().bytes.data(), 16);
+  std::memcpy(p + kKeyFingerprintOffset, filter.scheme().key_fingerprint().bytes.data(), 8);
+  store_le<std::uint64_t>(p + kHeaderChecksumOffset, header_checksum(p, kSnapshotFormatVersion));
   return header;
 }
 
@@ -235,19 +286,30 @@ Result<SnapshotHeader> parse_snapshot_header(std::span<const std::uint8_t> bytes
   return validate_header(bytes.data(), bytes.size(), "snapshot");
 }
 
-Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes) {
-  auto header = validate_header(bytes.data(), bytes.size(), "snapshot");
+Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes, const std::optional<Key>& key) {
+  const std::string where = "snapshot";
+  auto header = validate_header(bytes.data(), bytes.size(), where);
   if (!header) return std::unexpected(header.error());
   const std::uint8_t* payload = bytes.data() + kSnapshotHeaderSize;
-  if (auto ok = check_payload(*header, payload, "snapshot"); !ok)
-    return std::unexpected(ok.error());
+  if (auto ok = check_payload(*header, payload, where); !ok) return std::unexpected(ok.error());
+  auto info = info_of(*header, key, where);
+  if (!info) return std::unexpected(info.error());
   const std::size_t word_count = header->bit_count / 64;
   auto words = allocate_words(word_count);
   std::memcpy(words.get(), payload, header->payload_length);
-  return Filter::from_words(info_of(*header), std::move(words), word_count);
+  return Filter::from_words(*info, std::move(words), word_count);
 }
 
-Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
+namespace {
+
+// A snapshot file whose every rule of section 7 holds, payload checksum
+// included: its header and its payload's words (copied, or mapped).
+struct ValidatedFile {
+  SnapshotHeader header;
+  std::shared_ptr<const std::uint64_t> words;
+};
+
+Result<ValidatedFile> validate_file(const std::filesystem::path& path, LoadMode mode) {
   const std::string where = path.string();
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
@@ -286,9 +348,9 @@ Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
     if (auto ok = check_payload(*mapped_header, payload, where); !ok) {
       return std::unexpected(ok.error());
     }
-    std::shared_ptr<const std::uint64_t> words(owner,
-                                               reinterpret_cast<const std::uint64_t*>(payload));
-    return Filter::from_words(info_of(*mapped_header), std::move(words), word_count);
+    return ValidatedFile{*mapped_header,
+                         std::shared_ptr<const std::uint64_t>(
+                             owner, reinterpret_cast<const std::uint64_t*>(payload))};
   }
 
   auto words = allocate_words(word_count);
@@ -301,7 +363,21 @@ Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
       !ok) {
     return std::unexpected(ok.error());
   }
-  return Filter::from_words(info_of(*header), std::move(words), word_count);
+  return ValidatedFile{*header, std::move(words)};
+}
+
+}  // namespace
+
+Result<Filter> load_snapshot(const std::filesystem::path& path, const LoadOptions& options) {
+  auto file = validate_file(path, options.mode);
+  if (!file) return std::unexpected(file.error());
+  auto info = info_of(file->header, options.key, path.string());
+  if (!info) return std::unexpected(info.error());
+  return Filter::from_words(*info, std::move(file->words), file->header.bit_count / 64);
+}
+
+Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
+  return load_snapshot(path, LoadOptions{.mode = mode});
 }
 
 SnapshotHeader snapshot_header(const Filter& filter) {
@@ -309,9 +385,9 @@ SnapshotHeader snapshot_header(const Filter& filter) {
 }
 
 Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
-  auto filter = load_snapshot(path, LoadMode::kAuto);
-  if (!filter) return std::unexpected(filter.error());
-  return snapshot_header(*filter);
+  auto file = validate_file(path, LoadMode::kAuto);
+  if (!file) return std::unexpected(file.error());
+  return file->header;
 }
 
 }  // namespace abf

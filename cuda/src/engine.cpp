@@ -13,7 +13,7 @@
 
 #include "abf/cuda/device_filter.hpp"
 #include "cuda_error.hpp"
-#include "engines.hpp"
+#include "kernels.hpp"
 
 namespace abf::cuda_engine {
 

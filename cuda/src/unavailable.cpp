@@ -1,8 +1,9 @@
-// The CUDA engine's entry points for a build without CUDA: the API stays the
-// same, every call says the backend is not compiled in.
-#include "engines.hpp"
+// The CUDA engine's row for a build without CUDA: the table keeps the name,
+// and every use says the backend is not compiled in.
+#include "engine.hpp"
+#include "kernels.hpp"
 
-namespace abf::cuda_engine {
+namespace abf {
 
 namespace {
 Error not_compiled() {
@@ -12,20 +13,28 @@ Error not_compiled() {
 }
 }  // namespace
 
-bool compiled() noexcept { return false; }
-bool device_present() noexcept { return false; }
-std::string device_description() { return "CUDA backend not compiled in"; }
+namespace detail {
 
-Result<void> query_batch(const Filter&, const Digest*, std::size_t, Answer*) {
-  return std::unexpected(not_compiled());
-}
+extern const Engine kCudaEngine{
+    .name = "cuda",
+    .summary = "NVIDIA GPU (not compiled into this build)",
+    .available = []() noexcept { return false; },
+    .detail = [] { return std::string("CUDA backend not compiled in"); },
+    .auto_prefers = nullptr,
+    .query = [](const Filter&, std::span<const Digest>, std::span<Answer>) -> Result<void> {
+      return std::unexpected(not_compiled());
+    },
+    .insert = nullptr,
+    .open_lane = [](const Scheme&, std::uint64_t*) -> Result<std::unique_ptr<BuildLane>> {
+      return std::unexpected(not_compiled());
+    },
+    .release_caches = []() noexcept {},
+};
 
-Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t, std::uint32_t) {
-  return std::unexpected(not_compiled());
-}
+}  // namespace detail
 
+namespace cuda_engine {
 Result<double> copy_bandwidth() { return std::unexpected(not_compiled()); }
+}  // namespace cuda_engine
 
-void release_caches() noexcept {}
-
-}  // namespace abf::cuda_engine
+}  // namespace abf

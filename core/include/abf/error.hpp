@@ -23,19 +23,28 @@ enum class ErrorCode : std::uint8_t {
   // Snapshot loading (section 7): one code per rule, in the order checked.
   kSnapshotTruncated,                // shorter than the 128-byte header
   kSnapshotBadMagic,                 // bytes 0..4 are not "ABF1"
-  kSnapshotUnsupportedFormat,        // formatVersion != 1
-  kSnapshotHeaderChecksum,           // headerChecksum does not match bytes 0..72
-  kSnapshotUnsupportedHashProtocol,  // hashProtocolVersion != 1
+  kSnapshotUnsupportedFormat,        // formatVersion not 1 or 2
+  kSnapshotHeaderChecksum,           // headerChecksum does not match the header
+  kSnapshotUnsupportedHashProtocol,  // hashProtocolVersion not 1, or not 1 or 2 (version 2)
+  kSnapshotBadKeyFingerprint,        // protocol 1 with a nonzero keyFingerprint
   kSnapshotBadHashCount,             // hashCount outside 1..32
   kSnapshotBadBitCount,              // bitCount not a multiple of 64 in 64..2^30
   kSnapshotBadExpectedItemCount,     // expectedItemCount outside 1..2^30
   kSnapshotBadInsertedItemCount,     // insertedItemCount > expectedItemCount
   kSnapshotBadTargetFpp,             // targetFpp not in (0, 1)
+  kSnapshotLayoutMismatch,           // (bitCount, hashCount) is not section 3's layout for (n, p)
   kSnapshotBadPayloadLength,         // payloadLength != bitCount / 8
-  kSnapshotReservedNotZero,          // reserved bytes 80..128 not all zero
+  kSnapshotReservedNotZero,          // reserved header bytes not all zero
   kSnapshotPayloadTruncated,         // file shorter than 128 + payloadLength
   kSnapshotTrailingBytes,            // file longer than 128 + payloadLength
   kSnapshotPayloadChecksum,          // payloadChecksum does not match payload
+  // Keys (section 4b).
+  kKeyRequired,  // a protocol-2 filter was opened without its key
+  kKeyMismatch,  // the key given is not the filter's (fingerprints differ), or a key was
+                 // given for an unkeyed filter
+  kInvalidKey,   // a key file is malformed or readable by others
+  // Catalog identity (section 8).
+  kCatalogMismatch,  // a snapshot's catalogId is zero or another catalog's
   // Combining filters.
   kIncompatibleFilters,
   // Environment.

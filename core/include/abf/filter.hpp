@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "abf/error.hpp"
 #include "abf/layout.hpp"
 #include "abf/probe.hpp"
+#include "abf/scheme.hpp"
 
 namespace abf {
 
@@ -24,23 +26,33 @@ static_assert(sizeof(Answer) == 1);
 // Everything a filter is besides its bits: the header fields of a snapshot.
 struct FilterInfo {
   BloomSpec spec;
-  Layout layout;
+  Scheme scheme;                          // layout, protocol, key
   std::uint64_t inserted_item_count = 0;  // digests added, duplicates included
   std::uint64_t catalog_version = 0;
+  CatalogId catalog_id{};  // the catalog the digests came from; zero: none named
+
+  Layout layout() const noexcept { return scheme.layout(); }
 };
+
+namespace detail {
+struct FilterAttachments;  // per-filter engine state, e.g. a device copy (core/src/engine.hpp)
+struct FilterAccess;
+}  // namespace detail
 
 // An immutable filter. Copies share the bits (reference counted), so a copy
 // is cheap and any number of threads may query one filter at once.
 class Filter {
  public:
-  // Wraps a finished bitset. Checks that the info is self-consistent
-  // (layout within limits, inserted <= expected) and that `words` holds
-  // bit_count / 64 words; kInvalidArgument otherwise.
+  // Wraps a finished bitset. Checks that the info is self-consistent (a
+  // scheme made by its factories, (m, k) the layout section 3 chooses for
+  // the spec, inserted <= expected) and that `words` holds bit_count / 64
+  // words; kInvalidArgument otherwise.
   static Result<Filter> from_words(const FilterInfo& info,
                                    std::shared_ptr<const std::uint64_t> words,
                                    std::size_t word_count);
 
-  // The reference answer for one digest (scalar, plain `%`).
+  // The reference answer for one digest (the scalar engine: plain `%`, and
+  // OpenSSL's SipHash for protocol 2).
   bool might_contain(const Digest& digest) const noexcept;
 
   // One answer per digest, answers[i] for digests[i]. `answers` must be at
@@ -51,12 +63,16 @@ class Filter {
                      Backend backend = Backend::kAuto) const;
 
   const FilterInfo& info() const noexcept { return info_; }
-  std::uint64_t bit_count() const noexcept { return info_.layout.bit_count; }
-  std::uint32_t hash_count() const noexcept { return info_.layout.hash_count; }
+  const Scheme& scheme() const noexcept { return info_.scheme; }
+  std::uint64_t bit_count() const noexcept { return info_.scheme.bit_count(); }
+  std::uint32_t hash_count() const noexcept { return info_.scheme.hash_count(); }
+  // 1 (unkeyed) or 2 (keyed).
+  std::uint32_t hash_protocol_version() const noexcept { return info_.scheme.protocol(); }
   std::uint64_t expected_item_count() const noexcept { return info_.spec.expected_item_count; }
   double target_fpp() const noexcept { return info_.spec.target_fpp; }
   std::uint64_t inserted_item_count() const noexcept { return info_.inserted_item_count; }
   std::uint64_t catalog_version() const noexcept { return info_.catalog_version; }
+  const CatalogId& catalog_id() const noexcept { return info_.catalog_id; }
 
   // Set bits / m. Near 0.5 for a filter filled to its design capacity.
   double fill_ratio() const noexcept;
@@ -69,47 +85,65 @@ class Filter {
   std::span<const std::uint64_t> words() const noexcept { return {words_.get(), word_count_}; }
   // The payload bytes of a snapshot (little-endian words, m / 8 bytes).
   std::span<const std::uint8_t> payload() const noexcept;
-  // What a probing kernel needs; valid while this Filter (or a copy) lives.
-  probe::FilterView view() const noexcept { return {words_.get(), bit_count(), hash_count()}; }
+  // What a probing kernel needs (the scheme, with its key schedule, and the
+  // words); valid while this Filter (or a copy) lives.
+  probe::FilterView view() const noexcept {
+    return probe::make_view(words_.get(), info_.scheme.probe());
+  }
 
  private:
   friend class FilterBuilder;
-  Filter(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words, std::size_t word_count)
-      : info_(info), words_(std::move(words)), word_count_(word_count) {}
+  friend struct detail::FilterAccess;
+  Filter(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words,
+         std::size_t word_count);
 
   FilterInfo info_;
   std::shared_ptr<const std::uint64_t> words_;
   std::size_t word_count_ = 0;
+  // Shared by every copy, so an engine's per-filter state (the CUDA
+  // backend's device copy) lives exactly as long as the filter.
+  std::shared_ptr<detail::FilterAttachments> attachments_;
 };
 
 // Allocates `word_count` zeroed words, 64-byte aligned, huge-page advised
 // when large. Used by builders, loaders and backends alike.
 std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
 
-namespace cuda_engine {
-class DeviceLane;  // a bitset on the GPU (core/src/engines.hpp)
-}
 namespace detail {
-class PartitionedBuild;  // bucketed positions (core/src/partition.hpp)
-}
+class BuildLane;  // one engine's share of a build (core/src/engine.hpp)
+struct Engine;
+}  // namespace detail
+
+// What a build writes into the filter besides its bits.
+struct BuildOptions {
+  std::uint64_t catalog_version = 0;
+  // The catalog the digests come from (builds from a catalog set it); zero
+  // for none.
+  CatalogId catalog_id{};
+  // With a key the filter is keyed (hashProtocolVersion 2); without, unkeyed.
+  std::optional<Key> key;
+};
 
 // Fills a filter in chunks, so input of any size streams through a bounded
 // buffer. Not thread-safe; `add` itself may use every core.
 //
-// Filters of 32 MiB and more (beyond a last-level cache) are built
-// partitioned: every thread sorts its digests' bit positions into buckets by
-// 128 KiB range of the bitset, and full buckets are applied range by range,
-// each range loaded once (core/src/partition.hpp). That takes twice the
-// filter's memory, at most 256 MiB, beside it; the buffers of the last
-// build are kept for the next. Smaller filters, with several threads and large chunks, get
-// up to 256 MiB of private per-thread bitsets ("lanes") kept across `add`
-// calls, each thread filling its own at the engine's full speed, ORed into
-// the filter once in `finish`. A chunk added with Backend::kCuda goes into a
-// lane on the GPU, likewise ORed in once. OR is commutative, so the bytes
-// never depend on which chunk went where.
+// Each engine a chunk is added with keeps its own lane of the build (the
+// engine table, core/src/engine.hpp): the SIMD engine builds filters of
+// 32 MiB and more partitioned (every thread sorts its digests' bit positions
+// into buckets by 128 KiB range of the bitset, and full buckets are applied
+// range by range, each range loaded once; core/src/partition.hpp), taking
+// twice the filter's memory, at most 256 MiB, beside it, the buffers of the
+// last build kept for the next. Smaller filters, with several threads and
+// large chunks, get up to 256 MiB of private per-thread bitsets kept across
+// `add` calls, each thread filling its own at the engine's full speed, ORed
+// into the filter once in `finish`. A chunk added with the CUDA engine goes
+// into a bitset on the GPU, likewise ORed in once. OR is commutative, so the
+// bytes never depend on which chunk went where.
 class FilterBuilder {
  public:
-  // Chooses the layout (section 3 errors) and allocates the bitset.
+  // Chooses the layout (section 3 errors), makes the scheme and allocates
+  // the bitset.
+  static Result<FilterBuilder> create(const BloomSpec& spec, const BuildOptions& options);
   static Result<FilterBuilder> create(const BloomSpec& spec, std::uint64_t catalog_version = 0);
 
   // Inserts a chunk. If it would take the count past expected_item_count,
@@ -130,30 +164,32 @@ class FilterBuilder {
  private:
   FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words,
                 std::size_t word_count);
-
-  // Inserts with the SIMD engine over every core of the arena.
-  void insert_parallel(std::span<const Digest> digests);
+  // The lane of `engine`, opened on first use.
+  Result<detail::BuildLane*> lane_for(const detail::Engine& engine);
 
   FilterInfo info_;
   std::shared_ptr<std::uint64_t> words_;
   std::size_t word_count_ = 0;
-  std::vector<std::shared_ptr<std::uint64_t>> lanes_;      // private bitsets beside words_
-  std::unique_ptr<cuda_engine::DeviceLane> device_lane_;   // opened by the first CUDA add
-  std::unique_ptr<detail::PartitionedBuild> partitioned_;  // filters beyond the LLC
+  struct OpenLane {
+    const detail::Engine* engine;
+    std::unique_ptr<detail::BuildLane> lane;
+  };
+  std::vector<OpenLane> lanes_;
 };
 
-// Builds and CUDA queries keep scratch memory for the next one, which then
+// Builds and CUDA builds keep scratch memory for the next one, which then
 // starts warm: the partitioned build's buckets (up to 256 MiB of host
-// memory), a CUDA build's device bitset with its pinned staging, and the
-// device copy of the filter last queried with CUDA, which also keeps that
-// Filter's bits alive. A long-running process frees them here, for example
-// after swapping in a new snapshot; the next build or query allocates
-// afresh. Builders in progress keep theirs. Thread-safe: waits for a CUDA
-// query in flight.
+// memory) and a CUDA build's device bitset with its pinned staging. A
+// long-running process frees them here, for example after swapping in a new
+// snapshot; the next build allocates afresh. Builders in progress keep
+// theirs. (A filter's device copy, made by its first CUDA query, belongs to
+// the filter and is freed with its last copy.) Thread-safe.
 void release_cached_buffers() noexcept;
 
 // Builds a filter from digests in memory: checks the spec, then capacity,
 // exactly in the order of section 6.
+Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
+                            const BuildOptions& options, Backend backend = Backend::kAuto);
 Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
                             std::uint64_t catalog_version = 0, Backend backend = Backend::kAuto);
 

@@ -56,13 +56,25 @@ class DigestReader {
   std::unique_ptr<State> state_;
 };
 
+// How an AtomicFile comes into place.
+struct AtomicFileOptions {
+  // Mode bits of the new file, less the umask (0666: an ordinary file;
+  // 0600 for secrets, which the umask cannot widen).
+  unsigned permissions = 0666;
+  // false: commit fails with kIo if `path` exists by then, and never
+  // replaces it (renameat2 RENAME_NOREPLACE).
+  bool replace = true;
+};
+
 // An output file that appears at `path` only when commit() succeeds. Writes go
 // to a temporary file beside it; destroying an uncommitted AtomicFile removes
 // the temporary, so a failed command leaves any earlier file untouched.
 // `path` "-" writes straight to standard output instead.
 class AtomicFile {
  public:
-  static Result<AtomicFile> create(const std::filesystem::path& path);
+  using Options = AtomicFileOptions;
+  static Result<AtomicFile> create(const std::filesystem::path& path,
+                                   const AtomicFileOptions& options = {});
 
   AtomicFile(AtomicFile&&) noexcept;
   AtomicFile& operator=(AtomicFile&&) noexcept;

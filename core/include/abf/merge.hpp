@@ -27,10 +27,12 @@ struct MergeOptions {
 };
 
 // The bitwise OR of `filters`, which must agree on everything that decides
-// where a digest's bits go and how the result may be used:
-//   bitCount, hashCount, hashProtocolVersion, expectedItemCount, targetFpp
-//   (compared bit for bit), and catalogVersion unless options.catalog_version
-//   is given.
+// where a digest's bits go and how the result may be used (PROTOCOL.md
+// section 8):
+//   catalogId, hashProtocolVersion, the key (by fingerprint, then exactly),
+//   bitCount, hashCount, expectedItemCount, targetFpp (compared bit for
+//   bit), and catalogVersion unless options.catalog_version is given.
+// The result keeps their scheme (key included) and catalogId.
 // The result's insertedItemCount is the sum of the inputs' (duplicates across
 // inputs are counted twice: a conservative count, as within one build).
 //

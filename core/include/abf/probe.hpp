@@ -1,7 +1,20 @@
-// The probe protocol, hashProtocolVersion 1 (PROTOCOL.md sections 4 and 5),
-// in exactly one place. Everything here is constexpr on fixed-width integers
-// and marked ABF_HD, so the scalar reference, the SIMD tail loops, the CUDA
-// kernels and a user's own CUDA kernel all call the same code.
+// The probe protocol (PROTOCOL.md sections 4, 4b and 5) in exactly one
+// place. Everything here is constexpr on fixed-width integers and marked
+// ABF_HD, so the scalar reference, the SIMD tail loops, the CUDA kernels and
+// a user's own CUDA kernel all call the same code.
+//
+// A probe is two steps:
+//   1. digest -> (h1, h2): the only step the protocols differ in. Protocol 1
+//      reads the digest's first two big-endian words; protocol 2 is
+//      SipHash-2-4-128 of the whole digest under a secret key (siphash.hpp).
+//      Each backend has its own implementation of this step (scalar:
+//      OpenSSL; SIMD: vector lanes; CUDA: this header on the device), all
+//      proven equal.
+//   2. (h1, h2) -> k positions: i_0 = h1 mod m, step = (h2 | 1) mod m,
+//      i_j+1 = (i_j + step) mod m. Shared by both protocols.
+// A Scheme names everything both steps need: (m, k), the protocol and, for
+// protocol 2, the key schedule. The validated host-side type is abf::Scheme
+// (abf/scheme.hpp); this plain struct is what it hands to kernels.
 //
 // This header includes nothing but <cstdint>, so nvcc can compile it in any
 // dialect it supports.
@@ -9,15 +22,13 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ABF_HD __host__ __device__
-#else
-#define ABF_HD
-#endif
+#include "abf/siphash.hpp"
 
 namespace abf::probe {
 
-inline constexpr std::uint32_t kHashProtocolVersion = 1;
+// hashProtocolVersion: 1 unkeyed (section 4), 2 keyed (section 4b).
+inline constexpr std::uint32_t kProtocolUnkeyed = 1;
+inline constexpr std::uint32_t kProtocolKeyed = 2;
 inline constexpr std::uint64_t kMinBitCount = 64;
 inline constexpr std::uint64_t kMaxBitCount = std::uint64_t{1} << 30;
 inline constexpr std::uint32_t kMinHashCount = 1;
@@ -107,19 +118,61 @@ struct Reducer {
   }
 };
 
-// What a probing kernel needs to know of a filter. Trivially copyable: pass it
-// by value to a CUDA kernel. `words` holds bit_count / 64 words.
-struct FilterView {
-  const std::uint64_t* words = nullptr;
-  std::uint64_t bit_count = 0;
-  std::uint32_t hash_count = 0;
+// Everything that decides where a digest's bits go. Trivially copyable:
+// pass it by value to a kernel. Made valid by abf::Scheme; `key` is all zero
+// for protocol 1.
+struct Scheme {
+  std::uint64_t bit_count = 0;   // m: a multiple of 64 in 64..2^30
+  std::uint32_t hash_count = 0;  // k: 1..32
+  std::uint32_t protocol = kProtocolUnkeyed;
+  KeySchedule key{};
 };
 
-// The reference query for one digest: true ("Maybe") iff all k bits are set.
-ABF_HD constexpr bool might_contain(const FilterView& view, const std::uint8_t* digest) {
+// h1 and h2 of one digest (step 1).
+struct HashPair {
+  std::uint64_t h1 = 0;
+  std::uint64_t h2 = 0;
+};
+
+// Protocol 1: the digest's first two big-endian words.
+ABF_HD constexpr HashPair unkeyed_hashes(const std::uint8_t* digest) {
+  return HashPair{h1_of(digest), h2_of(digest)};
+}
+
+// Protocol 2: the two little-endian words of SipHash-2-4-128(K, digest).
+ABF_HD constexpr HashPair keyed_hashes(const KeySchedule& key, const std::uint8_t* digest) {
+  const Sip128 tag = siphash24_128(key, digest, 32);
+  return HashPair{tag.lo, tag.hi};
+}
+
+ABF_HD constexpr HashPair hashes_of(const Scheme& scheme, const std::uint8_t* digest) {
+  return scheme.protocol == kProtocolKeyed ? keyed_hashes(scheme.key, digest)
+                                           : unkeyed_hashes(digest);
+}
+
+// What a probing kernel needs to know of a filter: its scheme and its words
+// (bit_count / 64 of them).
+struct FilterView : Scheme {
+  const std::uint64_t* words = nullptr;
+};
+
+ABF_HD constexpr FilterView make_view(const std::uint64_t* words, const Scheme& scheme) {
+  FilterView view;
+  static_cast<Scheme&>(view) = scheme;
+  view.words = words;
+  return view;
+}
+
+// An unkeyed (protocol 1) scheme of layout (m, k), for tests and tools.
+ABF_HD constexpr Scheme unkeyed_scheme(std::uint64_t bit_count, std::uint32_t hash_count) {
+  return Scheme{bit_count, hash_count, kProtocolUnkeyed, KeySchedule{}};
+}
+
+// Step 2 of the reference query: true ("Maybe") iff all k bits are set.
+ABF_HD constexpr bool might_contain_hashes(const FilterView& view, HashPair hashes) {
   const std::uint64_t m = view.bit_count;
-  std::uint64_t i = first_index(h1_of(digest), m);
-  const std::uint64_t step = step_of(h2_of(digest), m);
+  std::uint64_t i = first_index(hashes.h1, m);
+  const std::uint64_t step = step_of(hashes.h2, m);
   for (std::uint32_t j = 0; j < view.hash_count; ++j) {
     if ((view.words[word_of(i)] & mask_of(i)) == 0) return false;
     i = advance(i, step, m);
@@ -127,15 +180,26 @@ ABF_HD constexpr bool might_contain(const FilterView& view, const std::uint8_t* 
   return true;
 }
 
-// The reference insert for one digest into a mutable bitset.
-ABF_HD constexpr void insert(std::uint64_t* words, std::uint64_t bit_count,
-                             std::uint32_t hash_count, const std::uint8_t* digest) {
-  std::uint64_t i = first_index(h1_of(digest), bit_count);
-  const std::uint64_t step = step_of(h2_of(digest), bit_count);
-  for (std::uint32_t j = 0; j < hash_count; ++j) {
+// The reference query for one digest, both steps.
+ABF_HD constexpr bool might_contain(const FilterView& view, const std::uint8_t* digest) {
+  return might_contain_hashes(view, hashes_of(view, digest));
+}
+
+// Step 2 of the reference insert into a mutable bitset of this scheme.
+ABF_HD constexpr void insert_hashes(const Scheme& scheme, std::uint64_t* words, HashPair hashes) {
+  const std::uint64_t m = scheme.bit_count;
+  std::uint64_t i = first_index(hashes.h1, m);
+  const std::uint64_t step = step_of(hashes.h2, m);
+  for (std::uint32_t j = 0; j < scheme.hash_count; ++j) {
     words[word_of(i)] |= mask_of(i);
-    i = advance(i, step, bit_count);
+    i = advance(i, step, m);
   }
+}
+
+// The reference insert for one digest, both steps.
+ABF_HD constexpr void insert(const Scheme& scheme, std::uint64_t* words,
+                             const std::uint8_t* digest) {
+  insert_hashes(scheme, words, hashes_of(scheme, digest));
 }
 
 }  // namespace abf::probe

@@ -1,0 +1,92 @@
+// The scalar reference engine: the protocol header's own loops, one digest
+// at a time, with protocol 2's SipHash computed by OpenSSL. Every other
+// engine is tested against these kernels.
+#include "engine.hpp"
+#include "kernels.hpp"
+#include "keyed_hash.hpp"
+#include "parallel.hpp"
+
+namespace abf {
+
+namespace scalar {
+
+namespace {
+
+// Step 1 of the reference: the digest's words, or OpenSSL's SipHash.
+inline probe::HashPair reference_hashes(const probe::Scheme& scheme, const Digest& digest) {
+  return scheme.protocol == probe::kProtocolKeyed
+             ? detail::openssl_keyed_hashes(scheme.key, digest.bytes.data())
+             : probe::unkeyed_hashes(digest.bytes.data());
+}
+
+}  // namespace
+
+void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
+                probe::HashPair* out) noexcept {
+  for (std::size_t i = 0; i < count; ++i) out[i] = reference_hashes(scheme, digests[i]);
+}
+
+void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
+                 Answer* answers) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    answers[i] = probe::might_contain_hashes(view, reference_hashes(view, digests[i]))
+                     ? Answer::kMaybe
+                     : Answer::kDefinitelyNot;
+  }
+}
+
+void insert_batch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                  std::size_t count) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    probe::insert_hashes(scheme, words, reference_hashes(scheme, digests[i]));
+  }
+}
+
+}  // namespace scalar
+
+namespace detail {
+
+namespace {
+
+// The reference builds on the calling thread alone, straight into the words.
+class ScalarLane final : public BuildLane {
+ public:
+  ScalarLane(const Scheme& scheme, std::uint64_t* words) : scheme_(scheme.probe()), words_(words) {}
+  Result<void> insert(std::span<const Digest> digests) override {
+    scalar::insert_batch(scheme_, words_, digests.data(), digests.size());
+    return {};
+  }
+  Result<void> finish() override { return {}; }
+
+ private:
+  probe::Scheme scheme_;
+  std::uint64_t* words_;
+};
+
+}  // namespace
+
+extern const Engine kScalarEngine{
+    .name = "scalar",
+    .summary =
+        "the reference: one digest at a time, plain %, OpenSSL's SipHash; builds on one "
+        "thread",
+    .available = []() noexcept { return true; },
+    .detail = [] { return std::string("reference"); },
+    .auto_prefers = nullptr,
+    .query = [](const Filter& filter, std::span<const Digest> digests,
+                std::span<Answer> answers) -> Result<void> {
+      parallel_query(scalar::query_batch, filter.view(), digests.data(), digests.size(),
+                     answers.data());
+      return {};
+    },
+    .insert = scalar::insert_batch,
+    .open_lane = [](const Scheme& scheme,
+                    std::uint64_t* words) -> Result<std::unique_ptr<BuildLane>> {
+      return std::make_unique<ScalarLane>(scheme, words);
+    },
+    .release_caches = []() noexcept {},
+};
+
+}  // namespace detail
+
+}  // namespace abf
