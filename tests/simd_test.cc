@@ -1,7 +1,10 @@
 // The Highway engine answers bit for bit as the scalar reference, on every
-// target compiled into this binary that this CPU runs: each test runs once
-// per target, forced with hwy::SetSupportedTargetsForTest (as
-// hwy/tests/hwy_gtest.h does).
+// target compiled into this binary that this CPU runs, for both protocols:
+// each test runs once per (target, hashProtocolVersion), the target forced
+// with hwy::SetSupportedTargetsForTest (as hwy/tests/hwy_gtest.h does). For
+// protocol 2 the reference hashes with OpenSSL and the engine with its own
+// SipHash in vector lanes; the keys vary from test to test, adversarial ones
+// (all zero, all ones, one bit apart) among them.
 #include "hwy_targets.h"  // first: the same HWY_TARGETS as simd/probe_simd.cc
 
 #include <gtest/gtest.h>
@@ -16,11 +19,13 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
 #include "abf/probe.hpp"
+#include "abf/scheme.hpp"
 #include "hwy/targets.h"
 #include "kernels.hpp"
 #include "probe_simd.h"
@@ -115,12 +120,42 @@ int ors_for(std::uint32_t k) { return k <= 2 ? 1 : (k <= 8 ? 3 : 4); }
 
 // A bitset whose fill leaves a mix of answers for k probes, with a quarter
 // of `digests` inserted so some answers are Maybe at any k.
-std::vector<std::uint64_t> mixed_bitset(std::uint64_t m, std::uint32_t k,
+std::vector<std::uint64_t> mixed_bitset(const probe::Scheme& scheme,
                                         const std::vector<Digest>& digests, std::uint64_t seed) {
-  auto words = random_bitset(m, ors_for(k), seed);
-  scalar::insert_batch(probe::unkeyed_scheme(m, k), words.data(), digests.data(),
-                       digests.size() / 4);
+  auto words = random_bitset(scheme.bit_count, ors_for(scheme.hash_count), seed);
+  scalar::insert_batch(scheme, words.data(), digests.data(), digests.size() / 4);
   return words;
+}
+
+// (h1, h2) of every digest by the reference (OpenSSL for protocol 2).
+std::vector<probe::HashPair> reference_hashes(const probe::Scheme& scheme,
+                                              const std::vector<Digest>& digests) {
+  std::vector<probe::HashPair> hashes(digests.size());
+  scalar::hash_batch(scheme, digests.data(), digests.size(), hashes.data());
+  return hashes;
+}
+
+// Keys for the keyed runs: adversarial ones first, then pseudo-random.
+probe::KeySchedule test_key(std::uint64_t salt) {
+  std::uint8_t key[16] = {};
+  switch (salt % 5) {
+    case 0:  // all zero
+      break;
+    case 1:  // all ones
+      std::memset(key, 0xff, sizeof key);
+      break;
+    case 2:  // one bit set, the highest
+      key[15] = 0x80;
+      break;
+    case 3:  // the golden key (vectors/v2)
+      std::memcpy(key, test::golden_key().key.bytes().data(), 16);
+      break;
+    default: {
+      const auto random = test::random_digests(1, salt)[0];
+      std::memcpy(key, random.bytes.data(), 16);
+    }
+  }
+  return probe::make_key_schedule(key);
 }
 
 std::vector<Answer> scalar_answers(const probe::FilterView& view, const Digest* digests,
@@ -142,19 +177,38 @@ std::vector<Answer> simd_answers(const probe::FilterView& view, const Digest* di
   return {buffer.begin() + 1, buffer.end() - 1};
 }
 
-class SimdEngineTest : public ::testing::TestWithParam<std::int64_t> {
+// Param: (Highway target, hashProtocolVersion).
+class SimdEngineTest : public ::testing::TestWithParam<std::tuple<std::int64_t, std::uint32_t>> {
  protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void SetUp() override { hwy::SetSupportedTargetsForTest(target()); }
   void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+
+  std::int64_t target() const { return std::get<0>(GetParam()); }
+  std::uint32_t protocol() const { return std::get<1>(GetParam()); }
+  bool keyed() const { return protocol() == probe::kProtocolKeyed; }
+  // The scheme of layout (m, k) under this test's protocol; keyed schemes
+  // take the key test_key(m + k + salt).
+  probe::Scheme scheme(std::uint64_t m, std::uint32_t k, std::uint64_t salt = 0) const {
+    probe::Scheme s = probe::unkeyed_scheme(m, k);
+    if (keyed()) {
+      s.protocol = probe::kProtocolKeyed;
+      s.key = test_key(m + k + salt);
+    }
+    return s;
+  }
 };
 
-std::string target_test_name(const ::testing::TestParamInfo<std::int64_t>& info) {
-  return hwy::TargetName(info.param);
+std::string engine_test_name(
+    const ::testing::TestParamInfo<std::tuple<std::int64_t, std::uint32_t>>& info) {
+  return std::string(hwy::TargetName(std::get<0>(info.param))) + "_protocol" +
+         std::to_string(std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, SimdEngineTest,
-                         ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
-                         target_test_name);
+INSTANTIATE_TEST_SUITE_P(
+    Targets, SimdEngineTest,
+    ::testing::Combine(::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+                       ::testing::Values(probe::kProtocolUnkeyed, probe::kProtocolKeyed)),
+    engine_test_name);
 
 TEST(SimdTargets, CompilesTheBaselineAndTheBestTarget) {
   const auto targets = simd::compiled_targets();
@@ -165,7 +219,37 @@ TEST(SimdTargets, CompilesTheBaselineAndTheBestTarget) {
 }
 
 TEST_P(SimdEngineTest, DispatchesToTheForcedTarget) {
-  EXPECT_EQ(simd::target_name(), hwy::TargetName(GetParam()));
+  EXPECT_EQ(simd::target_name(), hwy::TargetName(target()));
+}
+
+// Step 1 alone: the vector hasher against the reference, for every batch
+// size around the lane counts and several keys.
+TEST_P(SimdEngineTest, HashesEqualTheReference) {
+  auto digests = test::random_digests(700, 21);
+  for (const auto& adversarial : adversarial_digests(64)) digests.push_back(adversarial);
+  Digest ones;
+  ones.bytes.fill(0xff);
+  digests.push_back(ones);
+  digests.push_back(Digest{});
+  for (std::uint64_t salt = 0; salt < 10; ++salt) {
+    const probe::Scheme s = scheme(64, 1, salt);
+    const auto expected = reference_hashes(s, digests);
+    for (const std::size_t n : {0u, 1u, 2u, 3u, 4u, 7u, 8u, 9u, 15u, 16u, 17u, 100u}) {
+      std::vector<probe::HashPair> got(n + 1, probe::HashPair{1, 2});
+      simd::hash_batch(s, digests.data() + salt, n, got.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[i].h1, expected[salt + i].h1) << "n " << n << " i " << i;
+        ASSERT_EQ(got[i].h2, expected[salt + i].h2) << "n " << n << " i " << i;
+      }
+      EXPECT_EQ(got[n].h1, 1u) << "wrote past the batch";
+    }
+    std::vector<probe::HashPair> all(digests.size());
+    simd::hash_batch(s, digests.data(), digests.size(), all.data());
+    for (std::size_t i = 0; i < digests.size(); ++i) {
+      ASSERT_EQ(all[i].h1, expected[i].h1) << digests[i].hex();
+      ASSERT_EQ(all[i].h2, expected[i].h2) << digests[i].hex();
+    }
+  }
 }
 
 TEST_P(SimdEngineTest, ReductionEqualsModuloForEveryBitCountShape) {
@@ -190,14 +274,13 @@ TEST_P(SimdEngineTest, ProbeStartsEqualTheProtocolForAdversarialWords) {
   for (const std::uint64_t m : all_bit_counts()) {
     const auto digests = adversarial_digests(m);
     std::vector<std::uint64_t> first(digests.size()), step(digests.size());
-    simd::probe_starts(probe::unkeyed_scheme(m, 1), digests.data(), digests.size(), first.data(),
-                       step.data());
+    const probe::Scheme s = scheme(m, 1);
+    const auto hashes = reference_hashes(s, digests);
+    simd::probe_starts(s, digests.data(), digests.size(), first.data(), step.data());
     for (std::size_t i = 0; i < digests.size(); ++i) {
-      const auto* bytes = digests[i].bytes.data();
-      ASSERT_EQ(first[i], probe::first_index(probe::h1_of(bytes), m))
-          << "h1 " << probe::h1_of(bytes) << " m " << m;
-      ASSERT_EQ(step[i], probe::step_of(probe::h2_of(bytes), m))
-          << "h2 " << probe::h2_of(bytes) << " m " << m;
+      ASSERT_EQ(first[i], probe::first_index(hashes[i].h1, m))
+          << "h1 " << hashes[i].h1 << " m " << m;
+      ASSERT_EQ(step[i], probe::step_of(hashes[i].h2, m)) << "h2 " << hashes[i].h2 << " m " << m;
     }
   }
 }
@@ -209,12 +292,12 @@ TEST_P(SimdEngineTest, ProbeStartsEqualTheProtocolForRandomDigestsAndBitCounts) 
   const auto digests = test::random_digests(2000, 11);
   std::vector<std::uint64_t> first(digests.size()), step(digests.size());
   for (const std::uint64_t m : counts) {
-    simd::probe_starts(probe::unkeyed_scheme(m, 1), digests.data(), digests.size(), first.data(),
-                       step.data());
+    const probe::Scheme s = scheme(m, 1);
+    const auto hashes = reference_hashes(s, digests);
+    simd::probe_starts(s, digests.data(), digests.size(), first.data(), step.data());
     for (std::size_t i = 0; i < digests.size(); ++i) {
-      const auto* bytes = digests[i].bytes.data();
-      ASSERT_EQ(first[i], probe::first_index(probe::h1_of(bytes), m)) << "m " << m;
-      ASSERT_EQ(step[i], probe::step_of(probe::h2_of(bytes), m)) << "m " << m;
+      ASSERT_EQ(first[i], probe::first_index(hashes[i].h1, m)) << "m " << m;
+      ASSERT_EQ(step[i], probe::step_of(hashes[i].h2, m)) << "m " << m;
     }
   }
 }
@@ -228,9 +311,8 @@ TEST_P(SimdEngineTest, QueryEqualsScalarForEveryHashCount) {
     for (const int ors : {1, 3, 4}) base[ors] = random_bitset(m, ors, m * 33 + ors);
     for (std::uint32_t k = 1; k <= probe::kMaxHashCount; ++k) {
       auto words = base[ors_for(k)];
-      scalar::insert_batch(probe::unkeyed_scheme(m, k), words.data(), digests.data(),
-                           digests.size() / 4);
-      const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
+      scalar::insert_batch(scheme(m, k), words.data(), digests.data(), digests.size() / 4);
+      const probe::FilterView view = probe::make_view(words.data(), scheme(m, k));
       const auto expected = scalar_answers(view, digests.data(), digests.size());
       const auto got = simd_answers(view, digests.data(), digests.size());
       ASSERT_EQ(got, expected) << "m " << m << " k " << k;
@@ -250,9 +332,8 @@ TEST_P(SimdEngineTest, InsertEqualsScalarForEveryHashCount) {
     digests.insert(digests.end(), adversarial.begin(), adversarial.end());
     for (std::uint32_t k = 1; k <= probe::kMaxHashCount; ++k) {
       std::vector<std::uint64_t> expected(m / 64, 0), got(m / 64, 0);
-      scalar::insert_batch(probe::unkeyed_scheme(m, k), expected.data(), digests.data(),
-                           digests.size());
-      simd::insert_batch(probe::unkeyed_scheme(m, k), got.data(), digests.data(), digests.size());
+      scalar::insert_batch(scheme(m, k), expected.data(), digests.data(), digests.size());
+      simd::insert_batch(scheme(m, k), got.data(), digests.data(), digests.size());
       ASSERT_EQ(got, expected) << "m " << m << " k " << k;
     }
   }
@@ -281,15 +362,15 @@ TEST_P(SimdEngineTest, ScatterPutsEveryPositionInItsBucketOrInTheWords) {
                                               entries.data(), fill.data(), &overflowed};
           // Two calls: the second appends behind the first.
           const std::size_t half = digests.size() / 2;
-          simd::scatter_positions(probe::unkeyed_scheme(m, k), words.data(), digests.data(), half,
+          const probe::Scheme s = scheme(m, k);
+          simd::scatter_positions(s, words.data(), digests.data(), half, buckets);
+          simd::scatter_positions(s, words.data(), digests.data() + half, digests.size() - half,
                                   buckets);
-          simd::scatter_positions(probe::unkeyed_scheme(m, k), words.data(), digests.data() + half,
-                                  digests.size() - half, buckets);
           // Expected: every position, as (bucket, offset), in a multiset.
           std::map<std::uint64_t, std::uint64_t> expected;
-          for (const Digest& digest : digests) {
-            std::uint64_t i = probe::first_index(probe::h1_of(digest.bytes.data()), m);
-            const std::uint64_t step = probe::step_of(probe::h2_of(digest.bytes.data()), m);
+          for (const probe::HashPair& h : reference_hashes(s, digests)) {
+            std::uint64_t i = probe::first_index(h.h1, m);
+            const std::uint64_t step = probe::step_of(h.h2, m);
             for (std::uint32_t j = 0; j < k; ++j, i = probe::advance(i, step, m)) ++expected[i];
           }
           // Bucketed positions, plus one per overflowed position set in words.
@@ -359,13 +440,11 @@ TEST_P(SimdEngineTest, InsertAndQueryEqualScalarAtTheLargestBitCounts) {
     for (const std::uint32_t k : {1u, 2u, 7u, 31u, 32u}) {
       std::fill(large.a.begin(), large.a.begin() + word_count, 0);
       std::fill(large.b.begin(), large.b.begin() + word_count, 0);
-      scalar::insert_batch(probe::unkeyed_scheme(m, k), large.a.data(), digests.data(),
-                           digests.size() / 2);
-      simd::insert_batch(probe::unkeyed_scheme(m, k), large.b.data(), digests.data(),
-                         digests.size() / 2);
+      scalar::insert_batch(scheme(m, k), large.a.data(), digests.data(), digests.size() / 2);
+      simd::insert_batch(scheme(m, k), large.b.data(), digests.data(), digests.size() / 2);
       ASSERT_TRUE(std::equal(large.a.begin(), large.a.begin() + word_count, large.b.begin()))
           << "m " << m << " k " << k;
-      const probe::FilterView view = probe::make_view(large.a.data(), probe::unkeyed_scheme(m, k));
+      const probe::FilterView view = probe::make_view(large.a.data(), scheme(m, k));
       const auto expected = scalar_answers(view, digests.data(), digests.size());
       ASSERT_EQ(simd_answers(view, digests.data(), digests.size()), expected)
           << "m " << m << " k " << k;
@@ -379,8 +458,8 @@ TEST_P(SimdEngineTest, EveryBatchSizeAndStartingElement) {
   const std::uint64_t m = 64 * 1001;
   const std::uint32_t k = 5;
   const auto digests = test::random_digests(5200, 5);
-  const auto words = mixed_bitset(m, k, digests, 3);
-  const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
+  const auto words = mixed_bitset(scheme(m, k), digests, 3);
+  const probe::FilterView view = probe::make_view(words.data(), scheme(m, k));
   std::vector<std::size_t> sizes;
   for (std::size_t n = 0; n <= 33; ++n) sizes.push_back(n);  // 0, 1, lanes - 1, lanes, lanes + 1
   for (const std::size_t n : {1023u, 1024u, 1025u, 2047u, 2048u, 2049u, 5000u}) sizes.push_back(n);
@@ -390,8 +469,8 @@ TEST_P(SimdEngineTest, EveryBatchSizeAndStartingElement) {
       const auto expected = scalar_answers(view, start, n);
       ASSERT_EQ(simd_answers(view, start, n), expected) << "offset " << offset << " n " << n;
       std::vector<std::uint64_t> a(m / 64, 0), b(m / 64, 0);
-      scalar::insert_batch(probe::unkeyed_scheme(m, k), a.data(), start, n);
-      simd::insert_batch(probe::unkeyed_scheme(m, k), b.data(), start, n);
+      scalar::insert_batch(scheme(m, k), a.data(), start, n);
+      simd::insert_batch(scheme(m, k), b.data(), start, n);
       ASSERT_EQ(b, a) << "offset " << offset << " n " << n;
     }
   }
@@ -405,15 +484,14 @@ TEST_P(SimdEngineTest, RunsOfMembersAndNonMembersInOneBatch) {
       const auto members = test::random_digests(5000, m + k);
       const auto others = test::random_digests(5000, m + k + 1000);
       std::vector<std::uint64_t> words(m / 64, 0);
-      scalar::insert_batch(probe::unkeyed_scheme(m, k), words.data(), members.data(),
-                           members.size());
+      scalar::insert_batch(scheme(m, k), words.data(), members.data(), members.size());
       std::vector<Digest> batch;
       const std::size_t runs[] = {2048, 1500, 3000, 700, 1024, 2100};
       for (std::size_t r = 0; r < std::size(runs); ++r) {
         const auto& source = r % 2 == 0 ? members : others;
         batch.insert(batch.end(), source.begin() + 100 * r, source.begin() + 100 * r + runs[r]);
       }
-      const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
+      const probe::FilterView view = probe::make_view(words.data(), scheme(m, k));
       ASSERT_EQ(simd_answers(view, batch.data(), batch.size()),
                 scalar_answers(view, batch.data(), batch.size()))
           << "m " << m << " k " << k;
@@ -426,8 +504,8 @@ TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
   const std::uint64_t m = 9592960;
   const std::uint32_t k = 7;
   const auto source = test::random_digests(3000, 9);
-  const auto words = mixed_bitset(m, k, source, 4);
-  const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
+  const auto words = mixed_bitset(scheme(m, k), source, 4);
+  const probe::FilterView view = probe::make_view(words.data(), scheme(m, k));
   for (const std::size_t byte_offset : {1u, 3u, 8u, 13u}) {
     std::vector<std::uint8_t> buffer(source.size() * Digest::kSize + 64);
     std::memcpy(buffer.data() + byte_offset, source.data(), source.size() * Digest::kSize);
@@ -437,52 +515,80 @@ TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
               scalar_answers(view, source.data(), source.size()))
         << "byte offset " << byte_offset;
     std::vector<std::uint64_t> a(m / 64, 0), b(m / 64, 0);
-    scalar::insert_batch(probe::unkeyed_scheme(m, k), a.data(), source.data(), source.size());
-    simd::insert_batch(probe::unkeyed_scheme(m, k), b.data(), shifted, source.size());
+    scalar::insert_batch(scheme(m, k), a.data(), source.data(), source.size());
+    simd::insert_batch(scheme(m, k), b.data(), shifted, source.size());
     ASSERT_EQ(b, a) << "byte offset " << byte_offset;
   }
 }
 
-// tests/data/vectors/probes.tsv: digest, m, k, the k bit indices in order.
+// One probe sequence of the golden vectors.
+struct GoldenProbe {
+  probe::Scheme scheme;
+  std::string digest_hex;
+  std::vector<std::uint64_t> indices;
+};
+
+// vectors/probes.tsv (protocol 1: digest, m, k, indices) or
+// vectors/v2/probes-v2.tsv (protocol 2: key, digest, m, k, indices).
+std::vector<GoldenProbe> golden_probes(std::uint32_t protocol) {
+  std::vector<GoldenProbe> probes;
+  const bool keyed = protocol == probe::kProtocolKeyed;
+  for (const auto& row :
+       test::read_tsv(keyed ? "vectors/v2/probes-v2.tsv" : "vectors/probes.tsv")) {
+    const std::size_t c = keyed ? 1 : 0;  // the key's column shifts the rest
+    probe::Scheme scheme = probe::unkeyed_scheme(
+        std::stoull(row.at(c + 1)), static_cast<std::uint32_t>(std::stoul(row.at(c + 2))));
+    if (keyed) {
+      scheme.protocol = probe::kProtocolKeyed;
+      scheme.key = probe::make_key_schedule(Key::parse_hex(row.at(0))->bytes().data());
+    }
+    probes.push_back({scheme, row.at(c), test::split_numbers(row.at(c + 3))});
+  }
+  return probes;
+}
+
+// The golden probe sequences (both protocols): the starts, the inserted
+// bits, and a query that needs every one of them.
 TEST_P(SimdEngineTest, GoldenProbeSequences) {
-  const auto rows = test::read_tsv("vectors/probes.tsv");
-  ASSERT_FALSE(rows.empty());
-  std::map<std::uint64_t, std::vector<std::size_t>> rows_by_m;
-  for (std::size_t r = 0; r < rows.size(); ++r) rows_by_m[std::stoull(rows[r][1])].push_back(r);
+  const auto probes = golden_probes(protocol());
+  ASSERT_FALSE(probes.empty());
+  std::map<std::uint64_t, std::vector<std::size_t>> probes_by_m;
+  for (std::size_t r = 0; r < probes.size(); ++r)
+    probes_by_m[probes[r].scheme.bit_count].push_back(r);
   auto& large = large_bitsets();
-  for (const auto& [m, row_ids] : rows_by_m) {
+  for (const auto& [m, ids] : probes_by_m) {
     const std::size_t word_count = m / 64;
     ASSERT_LE(word_count, large.a.size());
-    auto* inserted = large.a.data();  // every row of this m inserted by the engine
+    auto* inserted = large.a.data();  // every sequence of this m inserted by the engine
     auto* expected = large.b.data();  // every listed bit
     std::fill(inserted, inserted + word_count, 0);
     std::fill(expected, expected + word_count, 0);
-    for (const std::size_t r : row_ids) {
-      const auto& row = rows[r];
-      const Digest digest = test::digest_from_hex(row[0]);
-      const auto k = static_cast<std::uint32_t>(std::stoul(row[2]));
-      const auto indices = test::split_numbers(row[3]);
-      ASSERT_EQ(indices.size(), k);
+    for (const std::size_t r : ids) {
+      const GoldenProbe& golden = probes[r];
+      const Digest digest = test::digest_from_hex(golden.digest_hex);
+      const auto& indices = golden.indices;
+      ASSERT_EQ(indices.size(), golden.scheme.hash_count);
       std::uint64_t first = 0, step = 0;
-      simd::probe_starts(probe::unkeyed_scheme(m, 1), &digest, 1, &first, &step);
-      EXPECT_EQ(first, indices[0]) << row[0] << " m " << m;
-      if (k >= 2) {
-        EXPECT_EQ(step, (indices[1] + m - indices[0]) % m) << row[0] << " m " << m;
+      simd::probe_starts(golden.scheme, &digest, 1, &first, &step);
+      EXPECT_EQ(first, indices[0]) << golden.digest_hex << " m " << m;
+      if (indices.size() >= 2) {
+        EXPECT_EQ(step, (indices[1] + m - indices[0]) % m) << golden.digest_hex << " m " << m;
       }
 
-      simd::insert_batch(probe::unkeyed_scheme(m, k), inserted, &digest, 1);
-      // A filter holding exactly these bits: Maybe; without any one of them:
-      // Definitely Not. The probe bits are set in the `expected` union.
+      // Only the sequences of one key share a bitset meaningfully, but any
+      // union is a valid filter for the Maybe test below.
+      simd::insert_batch(golden.scheme, inserted, &digest, 1);
       for (const auto i : indices) expected[i / 64] |= std::uint64_t{1} << (i % 64);
-      const probe::FilterView view = probe::make_view(inserted, probe::unkeyed_scheme(m, k));
+      const probe::FilterView view = probe::make_view(inserted, golden.scheme);
       Answer answer{};
       simd::query_batch(view, &digest, 1, &answer);
-      EXPECT_EQ(answer, Answer::kMaybe) << row[0] << " m " << m << " k " << k;
+      EXPECT_EQ(answer, Answer::kMaybe) << golden.digest_hex << " m " << m;
       for (const auto i : indices) {
         const std::uint64_t saved = inserted[i / 64];
         inserted[i / 64] &= ~(std::uint64_t{1} << (i % 64));
         simd::query_batch(view, &digest, 1, &answer);
-        EXPECT_EQ(answer, Answer::kDefinitelyNot) << row[0] << " m " << m << " bit " << i;
+        EXPECT_EQ(answer, Answer::kDefinitelyNot)
+            << golden.digest_hex << " m " << m << " bit " << i;
         inserted[i / 64] = saved;
       }
     }
@@ -505,39 +611,69 @@ const std::vector<Digest>& golden_non_members() {
   return probes;
 }
 
-// tests/data/vectors/builds.tsv: whole builds through the SIMD engine.
+// One whole build of the golden vectors.
+struct GoldenBuild {
+  probe::Scheme scheme;
+  std::uint64_t member_count = 0;
+  std::uint64_t popcount = 0;
+  std::string payload_sha256;
+  std::vector<std::uint64_t> maybe;  // non-member indices answering Maybe
+  std::uint64_t non_members = 0;     // how many non-members the row covers
+};
+
+// vectors/builds.tsv (protocol 1) or vectors/v2/builds-v2.tsv (protocol 2).
+std::vector<GoldenBuild> golden_builds(std::uint32_t protocol) {
+  std::vector<GoldenBuild> builds;
+  if (protocol == probe::kProtocolKeyed) {
+    for (const auto& row : test::read_tsv("vectors/v2/builds-v2.tsv")) {
+      probe::Scheme scheme = probe::unkeyed_scheme(
+          std::stoull(row.at(4)), static_cast<std::uint32_t>(std::stoul(row.at(5))));
+      scheme.protocol = probe::kProtocolKeyed;
+      scheme.key = probe::make_key_schedule(Key::parse_hex(row.at(0))->bytes().data());
+      builds.push_back({scheme, std::stoull(row.at(1)), std::stoull(row.at(6)), row.at(7),
+                        test::split_numbers(row.size() > 8 ? row[8] : ""), 20000});
+    }
+    return builds;
+  }
+  for (const auto& row : test::read_tsv("vectors/builds.tsv")) {
+    builds.push_back({probe::unkeyed_scheme(std::stoull(row.at(3)),
+                                            static_cast<std::uint32_t>(std::stoul(row.at(4)))),
+                      std::stoull(row.at(0)), std::stoull(row.at(5)), row.at(6),
+                      test::split_numbers(row.size() > 7 ? row[7] : ""), 100000});
+  }
+  return builds;
+}
+
+// The golden builds (both protocols) through the SIMD engine.
 TEST_P(SimdEngineTest, GoldenBuilds) {
-  const auto rows = test::read_tsv("vectors/builds.tsv");
-  ASSERT_FALSE(rows.empty());
+  const auto builds = golden_builds(protocol());
+  ASSERT_FALSE(builds.empty());
   const auto& members = golden_members();
   const auto& probes = golden_non_members();
-  for (const auto& row : rows) {
-    const std::uint64_t member_count = std::stoull(row[0]);
-    const std::uint64_t m = std::stoull(row[3]);
-    const auto k = static_cast<std::uint32_t>(std::stoul(row[4]));
-    ASSERT_LE(member_count, members.size());
+  for (const GoldenBuild& build : builds) {
+    const std::uint64_t m = build.scheme.bit_count;
+    ASSERT_LE(build.member_count, members.size());
     std::vector<std::uint64_t> words(m / 64, 0);
-    simd::insert_batch(probe::unkeyed_scheme(m, k), words.data(), members.data(), member_count);
+    simd::insert_batch(build.scheme, words.data(), members.data(), build.member_count);
     std::uint64_t popcount = 0;
     for (const auto w : words) popcount += static_cast<std::uint64_t>(std::popcount(w));
-    EXPECT_EQ(popcount, std::stoull(row[5])) << "members " << member_count;
+    EXPECT_EQ(popcount, build.popcount) << "members " << build.member_count;
     const auto payload = sha256(std::span<const std::uint8_t>(
         reinterpret_cast<const std::uint8_t*>(words.data()), words.size() * 8));
-    EXPECT_EQ(payload.hex(), row[6]) << "members " << member_count;
+    EXPECT_EQ(payload.hex(), build.payload_sha256) << "members " << build.member_count;
 
-    const probe::FilterView view = probe::make_view(words.data(), probe::unkeyed_scheme(m, k));
-    std::vector<Answer> answers(probes.size());
-    simd::query_batch(view, probes.data(), probes.size(), answers.data());
+    const probe::FilterView view = probe::make_view(words.data(), build.scheme);
+    std::vector<Answer> answers(build.non_members);
+    simd::query_batch(view, probes.data(), answers.size(), answers.data());
     std::vector<std::uint64_t> maybe;
     for (std::size_t i = 0; i < answers.size(); ++i) {
       if (answers[i] == Answer::kMaybe) maybe.push_back(i);
     }
-    EXPECT_EQ(maybe, test::split_numbers(row.size() > 7 ? row[7] : ""))
-        << "members " << member_count;
-    std::vector<Answer> member_answers(member_count);
-    simd::query_batch(view, members.data(), member_count, member_answers.data());
+    EXPECT_EQ(maybe, build.maybe) << "members " << build.member_count;
+    std::vector<Answer> member_answers(build.member_count);
+    simd::query_batch(view, members.data(), build.member_count, member_answers.data());
     EXPECT_EQ(std::count(member_answers.begin(), member_answers.end(), Answer::kMaybe),
-              static_cast<std::ptrdiff_t>(member_count))
+              static_cast<std::ptrdiff_t>(build.member_count))
         << "a member answered Definitely Not";
   }
 }
