@@ -58,6 +58,76 @@ TEST(Build, MatchesEveryGoldenBuild) {
   }
 }
 
+// v2/builds-v2.tsv: keyed builds, through build_filter on every host
+// backend and through a FilterBuilder fed uneven chunks by mixed backends.
+TEST(Build, MatchesEveryKeyedGoldenBuild) {
+  const auto rows = test::read_tsv("vectors/v2/builds-v2.tsv");
+  ASSERT_GE(rows.size(), 4u);
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.size(), 9u);
+    SCOPED_TRACE("key " + row[0] + ", members = " + row[1] + ", n = " + row[2]);
+    const Key key = *Key::parse_hex(row[0]);
+    const auto members = test::member_digests(std::stoull(row[1]));
+    const BloomSpec spec{std::stoull(row[2]), test::parse_hex_float(row[3])};
+    const auto check = [&](const Filter& filter) {
+      EXPECT_EQ(filter.hash_protocol_version(), 2u);
+      EXPECT_EQ(filter.scheme().key_fingerprint(), key_fingerprint(key));
+      EXPECT_EQ(filter.bit_count(), std::stoull(row[4]));
+      EXPECT_EQ(filter.hash_count(), std::stoul(row[5]));
+      EXPECT_EQ(filter.popcount(), std::stoull(row[6]));
+      EXPECT_EQ(sha256(filter.payload()).hex(), row[7]);
+      std::vector<Answer> answers(20'000);
+      const auto expected = test::split_numbers(row[8]);
+      for (const Backend backend : {Backend::kScalar, Backend::kSimd}) {
+        ASSERT_TRUE(filter.query(std::span(non_members()).first(answers.size()), answers, backend));
+        std::vector<std::uint64_t> maybe;
+        for (std::size_t i = 0; i < answers.size(); ++i) {
+          if (answers[i] == Answer::kMaybe) maybe.push_back(i);
+        }
+        EXPECT_EQ(maybe, expected) << backend.name();
+      }
+    };
+    for (const Backend backend : {Backend::kScalar, Backend::kSimd, Backend::kAuto}) {
+      SCOPED_TRACE(std::string(backend.name()));
+      auto filter = build_filter(members, spec, BuildOptions{.key = key}, backend);
+      ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+      check(*filter);
+    }
+    auto builder = FilterBuilder::create(spec, BuildOptions{.key = key});
+    ASSERT_TRUE(builder.has_value());
+    const Backend order[] = {Backend::kSimd, Backend::kScalar, Backend::kAuto};
+    for (std::size_t offset = 0, c = 0; offset < members.size(); ++c) {
+      const std::size_t size = std::min<std::size_t>(members.size() - offset, 1 + 397 * c);
+      ASSERT_TRUE(builder->add(std::span(members).subspan(offset, size), order[c % 3]));
+      offset += size;
+    }
+    auto chunked = std::move(*builder).finish();
+    ASSERT_TRUE(chunked.has_value());
+    check(*chunked);
+  }
+}
+
+// The same digests under another key, or none, set other bits: the key
+// decides the positions.
+TEST(Build, EachKeyPlacesTheBitsItsOwnWay) {
+  const auto members = test::random_digests(2000, 31);
+  const BloomSpec spec{2000, 0.01};
+  auto unkeyed = build_filter(members, spec);
+  ASSERT_TRUE(unkeyed.has_value());
+  std::vector<std::string> payloads{sha256(unkeyed->payload()).hex()};
+  for (const auto& key : test::vector_keys()) {
+    auto keyed = build_filter(members, spec, BuildOptions{.key = key.key});
+    ASSERT_TRUE(keyed.has_value());
+    EXPECT_EQ(keyed->bit_count(), unkeyed->bit_count()) << "the layout ignores the key";
+    payloads.push_back(sha256(keyed->payload()).hex());
+    std::vector<Answer> answers(members.size());
+    ASSERT_TRUE(keyed->query(members, answers));
+    EXPECT_EQ(std::ranges::count(answers, Answer::kDefinitelyNot), 0);
+  }
+  std::ranges::sort(payloads);
+  EXPECT_EQ(std::ranges::unique(payloads).begin(), payloads.end()) << "two keys set the same bits";
+}
+
 TEST(Build, HasNoFalseNegatives) {
   const auto members = test::random_digests(50'000, 7);
   auto filter = build_filter(members, {50'000, 0.01});
@@ -188,6 +258,53 @@ TEST(Query, CudaWithoutADeviceIsAClearError) {
   const auto result = filter->query(digests, answers, Backend::kCuda);
   ASSERT_FALSE(result.has_value());
   EXPECT_EQ(result.error().code, ErrorCode::kBackendUnavailable);
+}
+
+// The engine table is the one list of backends: every name parses, the
+// list is the table's, an unknown name is refused with the names known.
+TEST(Backend, TheEngineTableNamesEveryBackend) {
+  const auto backends = list_backends();
+  const auto names = backend_names();
+  ASSERT_EQ(names.size(), backends.size() + 1);
+  EXPECT_EQ(names.front(), "auto");
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    EXPECT_EQ(backends[i].backend.name(), names[i + 1]);
+    EXPECT_EQ(Backend::parse(names[i + 1]).value(), backends[i].backend);
+    EXPECT_FALSE(backends[i].summary.empty());
+    EXPECT_FALSE(backends[i].detail.empty());
+    EXPECT_EQ(backends[i].available, backend_available(backends[i].backend));
+  }
+  for (const Backend known : {Backend::kScalar, Backend::kSimd, Backend::kCuda}) {
+    EXPECT_NE(std::ranges::find(names, std::string(known.name())), names.end()) << known.name();
+  }
+  const auto unknown = Backend::parse("gpu");
+  ASSERT_FALSE(unknown.has_value());
+  for (const auto& name : names) {
+    EXPECT_NE(unknown.error().message.find(name), std::string::npos) << unknown.error().message;
+  }
+}
+
+// ABF_BACKEND names an engine exactly as --backend does: an engine that
+// cannot run here fails the same way, instead of falling back.
+TEST(Backend, TheEnvironmentFailsExactlyAsARequestByName) {
+  if (backend_available(Backend::kCuda)) GTEST_SKIP() << "a CUDA device is present";
+  auto filter = build_filter(test::random_digests(10, 3), {10, 0.01});
+  ASSERT_TRUE(filter.has_value());
+  const auto digests = test::random_digests(3, 4);
+  std::vector<Answer> answers(3);
+  const auto by_name = filter->query(digests, answers, Backend::kCuda);
+  ::setenv("ABF_BACKEND", "cuda", 1);
+  const auto by_environment = filter->query(digests, answers);
+  auto builder = FilterBuilder::create({10, 0.01});
+  const auto build_by_environment = builder->add(digests);
+  ::unsetenv("ABF_BACKEND");
+  ASSERT_FALSE(by_name.has_value());
+  ASSERT_FALSE(by_environment.has_value());
+  ASSERT_FALSE(build_by_environment.has_value());
+  EXPECT_EQ(by_environment.error().code, by_name.error().code);
+  EXPECT_EQ(build_by_environment.error().code, ErrorCode::kBackendUnavailable);
+  EXPECT_NE(by_environment.error().message.find("ABF_BACKEND"), std::string::npos)
+      << by_environment.error().message;
 }
 
 TEST(Backend, ParsesNamesAndHonoursTheEnvironment) {

@@ -27,14 +27,18 @@ using test::max_threads;
 using test::scalar_bits;
 using test::with_threads;
 
+std::vector<std::uint64_t> parallel_bits(const ParallelOptions& options,
+                                         const probe::Scheme& scheme,
+                                         const std::vector<Digest>& digests,
+                                         detail::InsertFn engine = scalar::insert_batch) {
+  std::vector<std::uint64_t> words(scheme.bit_count / 64, 0);
+  detail::parallel_insert(options, engine, scheme, words.data(), digests.data(), digests.size());
+  return words;
+}
 std::vector<std::uint64_t> parallel_bits(const ParallelOptions& options, std::uint64_t bit_count,
                                          std::uint32_t hash_count,
                                          const std::vector<Digest>& digests) {
-  std::vector<std::uint64_t> words(bit_count / 64, 0);
-  detail::parallel_insert(options, scalar::insert_batch,
-                          probe::unkeyed_scheme(bit_count, hash_count), words.data(),
-                          digests.data(), digests.size());
-  return words;
+  return parallel_bits(options, probe::unkeyed_scheme(bit_count, hash_count), digests);
 }
 
 std::string describe(MergeStrategy strategy) {
@@ -69,6 +73,34 @@ TEST(ParallelInsert, EqualsScalarForEveryStrategyThreadCountAndShardSize) {
             EXPECT_EQ(parallel_bits(options, m, k, digests), expected)
                 << describe(strategy) << " m=" << m << " k=" << k << " threads=" << threads
                 << " grain=" << grain;
+          }
+        }
+      });
+    }
+  }
+}
+
+// Keyed (protocol 2) schemes: the strategies that hash for themselves
+// (atomic OR, word ranges) use the portable SipHash, the others the engine
+// kernel's; all equal OpenSSL's reference build.
+TEST(ParallelInsert, KeyedSchemesEqualScalarForEveryStrategyAndThreadCount) {
+  const auto digests = test::random_digests(5000, 17);
+  for (const auto& [m, k] : kGeometries) {
+    const probe::Scheme scheme = test::keyed_scheme(m, k);
+    const auto expected = scalar_bits(scheme, digests);
+    if (m >= 9600) {  // smaller bitsets are full either way
+      ASSERT_NE(expected, scalar_bits(m, k, digests)) << "the key must move the bits";
+    }
+    for (int threads = 1; threads <= max_threads(); ++threads) {
+      with_threads(threads, [&] {
+        for (const auto strategy : kStrategies) {
+          for (const std::size_t grain : {1, 64, 4999}) {
+            const ParallelOptions options{strategy, grain, /*force_split=*/true};
+            for (const auto engine : {scalar::insert_batch, simd::insert_batch}) {
+              EXPECT_EQ(parallel_bits(options, scheme, digests, engine), expected)
+                  << describe(strategy) << " m=" << m << " k=" << k << " threads=" << threads
+                  << " grain=" << grain;
+            }
           }
         }
       });

@@ -30,13 +30,13 @@ using test::scalar_bits;
 using test::with_threads;
 
 // Adds `digests` in chunks of the given sizes (the last repeats), then flushes.
-std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32_t hash_count,
-                                            std::size_t slots, const PartitionTuning& tuning,
+std::vector<std::uint64_t> partitioned_bits(const probe::Scheme& scheme, std::size_t slots,
+                                            const PartitionTuning& tuning,
                                             std::span<const Digest> digests,
                                             std::span<const std::size_t> chunks,
                                             std::uint64_t* overflowed = nullptr) {
-  std::vector<std::uint64_t> words(bit_count / 64, 0);
-  PartitionedBuild build(probe::unkeyed_scheme(bit_count, hash_count), slots, tuning);
+  std::vector<std::uint64_t> words(scheme.bit_count / 64, 0);
+  PartitionedBuild build(scheme, slots, tuning);
   std::size_t offset = 0;
   for (std::size_t c = 0; offset < digests.size(); ++c) {
     const std::size_t size =
@@ -47,6 +47,34 @@ std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32
   build.flush(words.data());
   if (overflowed != nullptr) *overflowed = build.overflowed();
   return words;
+}
+std::vector<std::uint64_t> partitioned_bits(std::uint64_t bit_count, std::uint32_t hash_count,
+                                            std::size_t slots, const PartitionTuning& tuning,
+                                            std::span<const Digest> digests,
+                                            std::span<const std::size_t> chunks,
+                                            std::uint64_t* overflowed = nullptr) {
+  return partitioned_bits(probe::unkeyed_scheme(bit_count, hash_count), slots, tuning, digests,
+                          chunks, overflowed);
+}
+
+// Keyed (protocol 2) schemes scatter through the SIMD engine's SipHash.
+TEST(PartitionedBuild, KeyedSchemesEqualScalarAtEveryThreadCount) {
+  const auto digests = test::random_digests(6000, 44);
+  const std::size_t chunks[] = {1, 1000, 2500};
+  for (const auto& [m, k] : kGeometries) {
+    const probe::Scheme scheme = test::keyed_scheme(m, k);
+    const auto expected = scalar_bits(scheme, digests);
+    for (int threads = 1; threads <= max_threads(); ++threads) {
+      with_threads(threads, [&] {
+        for (const PartitionTuning tuning : {PartitionTuning{}, PartitionTuning{9, 4096}}) {
+          EXPECT_EQ(
+              partitioned_bits(scheme, static_cast<std::size_t>(threads), tuning, digests, chunks),
+              expected)
+              << "m=" << m << " k=" << k << " threads=" << threads;
+        }
+      });
+    }
+  }
 }
 
 TEST(PartitionedBuild, EqualsScalarForEveryGeometryThreadCountRangeAndRoundSize) {

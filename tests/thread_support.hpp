@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "abf/digest.hpp"
+#include "abf/scheme.hpp"
 #include "kernels.hpp"
+#include "test_support.hpp"
 
 namespace abf::test {
 
@@ -46,13 +48,21 @@ struct Geometry {
 inline constexpr Geometry kGeometries[] = {
     {64, 1}, {64, 32}, {9600, 7}, {191872, 7}, {std::uint64_t{1} << 20, 10}, {1437824, 32}};
 
-// The scalar reference build of `digests` into a fresh bitset of bit_count bits.
+// The scalar reference build of `digests` into a fresh bitset of the scheme.
+inline std::vector<std::uint64_t> scalar_bits(const probe::Scheme& scheme,
+                                              std::span<const Digest> digests) {
+  std::vector<std::uint64_t> words(scheme.bit_count / 64, 0);
+  scalar::insert_batch(scheme, words.data(), digests.data(), digests.size());
+  return words;
+}
 inline std::vector<std::uint64_t> scalar_bits(std::uint64_t bit_count, std::uint32_t hash_count,
                                               std::span<const Digest> digests) {
-  std::vector<std::uint64_t> words(bit_count / 64, 0);
-  scalar::insert_batch(probe::unkeyed_scheme(bit_count, hash_count), words.data(), digests.data(),
-                       digests.size());
-  return words;
+  return scalar_bits(probe::unkeyed_scheme(bit_count, hash_count), digests);
+}
+
+// A protocol-2 scheme of layout (m, k) under the golden key.
+inline probe::Scheme keyed_scheme(std::uint64_t bit_count, std::uint32_t hash_count) {
+  return Scheme::keyed({bit_count, hash_count}, golden_key().key)->probe();
 }
 
 }  // namespace abf::test
