@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -30,6 +31,7 @@ namespace {
 struct BenchOptions {
   std::string scenario = "all";
   std::string backend = "all";
+  std::string protocol = "1";
   unsigned threads = 0;  // 0: report at 1 thread and at all cores
   unsigned repetitions = 5;
   bool json = false;
@@ -81,6 +83,7 @@ double median(std::vector<double> values) {
 struct Row {
   std::string backend;
   std::string target;
+  std::uint32_t protocol = 1;  // hashProtocolVersion of the filter
   unsigned threads = 1;
   std::string scenario;
   std::uint64_t items = 0;
@@ -152,10 +155,28 @@ void benchmark_sink(const Filter& filter) {
   sink.store(filter.words()[0], std::memory_order_relaxed);
 }
 
-// Runs every operation of one scenario for the backends and thread counts.
-// `copy_rate`: digests per second a pinned host-to-device copy carries, the
-// ceiling of the CUDA rows (their digests start in host memory); 0 without CUDA.
-Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& backends,
+// The key of the protocol-2 rows: fixed, so runs compare; a benchmark's key
+// guards nothing.
+Key bench_key() {
+  std::array<std::uint8_t, Key::kSize> bytes{};
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<std::uint8_t>(workload::splitmix64(i));
+  }
+  return Key::from_bytes(bytes);
+}
+
+BuildOptions build_options(std::uint32_t protocol) {
+  BuildOptions options;
+  if (protocol == probe::kProtocolKeyed) options.key = bench_key();
+  return options;
+}
+
+// Runs every operation of one scenario for the protocols, backends and
+// thread counts. `copy_rate`: digests per second a pinned host-to-device copy
+// carries, the ceiling of the CUDA rows (their digests start in host memory);
+// 0 without CUDA.
+Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint32_t>& protocols,
+                          const std::vector<Backend>& backends,
                           const std::vector<unsigned>& thread_counts, unsigned repetitions,
                           double copy_rate, std::vector<Row>& rows) {
   const BloomSpec spec{scenario.n, kTargetFpp};
@@ -163,24 +184,26 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
   if (!layout) return std::unexpected(layout.error());
   const std::uint64_t batch = std::min(scenario.n, kBatch);
 
-  // The filter the queries run against: all n members, built once (SIMD, all cores).
+  // The filters the queries run against, one per protocol: all n members,
+  // built once (SIMD, all cores).
   apply_threads(0);
-  auto builder = FilterBuilder::create(spec);
-  if (!builder) return std::unexpected(builder.error());
-  std::vector<Digest> chunk(kChunk);
-  for (std::uint64_t begin = 0; begin < scenario.n; begin += kChunk) {
-    const auto count =
-        static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, scenario.n - begin));
-    fill_digests(kMemberSeed, begin, {chunk.data(), count});
-    if (auto added = builder->add({chunk.data(), count}, Backend::kSimd); !added) {
-      return std::unexpected(added.error());
+  std::vector<Filter> filters;
+  for (const std::uint32_t protocol : protocols) {
+    auto builder = FilterBuilder::create(spec, build_options(protocol));
+    if (!builder) return std::unexpected(builder.error());
+    std::vector<Digest> chunk(kChunk);
+    for (std::uint64_t begin = 0; begin < scenario.n; begin += kChunk) {
+      const auto count =
+          static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, scenario.n - begin));
+      fill_digests(kMemberSeed, begin, {chunk.data(), count});
+      if (auto added = builder->add({chunk.data(), count}, Backend::kSimd); !added) {
+        return std::unexpected(added.error());
+      }
     }
+    auto finished = std::move(*builder).finish();
+    if (!finished) return std::unexpected(finished.error());
+    filters.push_back(std::move(*finished));
   }
-  chunk = {};
-  auto finished = std::move(*builder).finish();
-  if (!finished) return std::unexpected(finished.error());
-  const Filter filter = std::move(*finished);
-  const double fill = filter.fill_ratio();
   std::vector<Digest> present(batch), absent(batch);
   fill_digests(kMemberSeed, 0, present);
   fill_digests(kAbsentSeed, 0, absent);
@@ -194,65 +217,75 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
     // arena's concurrency, which a global_control limit alone leaves at all
     // cores.
     tbb::task_arena arena(static_cast<int>(threads));
-    // Repetitions interleave the backends, so a burst of noise from other
-    // processes hits all of them alike; the first round only warms up.
+    // Repetitions interleave the protocols and backends, so a burst of noise
+    // from other processes hits all of them alike; the first round only
+    // warms up. times[(p * backends + b) * 3 + operation].
     std::vector<double> load_times;
-    std::vector<std::vector<double>> times(backends.size() * 3);
+    std::vector<std::vector<double>> times(protocols.size() * backends.size() * 3);
     for (unsigned rep = 0; rep <= repetitions; ++rep) {
       const double load = arena.execute([&] { return ceiling.run(); });
       if (rep > 0) load_times.push_back(load);
-      for (std::size_t b = 0; b < backends.size(); ++b) {
-        const Backend backend = backends[b];
-        // build: `batch` members into a fresh bitset of the scenario's size,
-        // from create() to the finished Filter (lanes merged, buckets applied).
-        Result<void> done;
-        const double build = arena.execute([&] {
-          return seconds_of([&] {
-            auto fresh = FilterBuilder::create(spec);
-            done =
-                fresh ? fresh->add(present, backend) : Result<void>(std::unexpected(fresh.error()));
-            if (!done) return;
-            auto filter = std::move(*fresh).finish();
-            if (filter)
-              benchmark_sink(*filter);
-            else
-              done = std::unexpected(filter.error());
+      for (std::size_t p = 0; p < protocols.size(); ++p) {
+        const Filter& filter = filters[p];
+        for (std::size_t b = 0; b < backends.size(); ++b) {
+          const Backend backend = backends[b];
+          // build: `batch` members into a fresh bitset of the scenario's
+          // size, from create() to the finished Filter (lanes merged,
+          // buckets applied).
+          Result<void> done;
+          const double build = arena.execute([&] {
+            return seconds_of([&] {
+              auto fresh = FilterBuilder::create(spec, build_options(protocols[p]));
+              done = fresh ? fresh->add(present, backend)
+                           : Result<void>(std::unexpected(fresh.error()));
+              if (!done) return;
+              auto built = std::move(*fresh).finish();
+              if (built)
+                benchmark_sink(*built);
+              else
+                done = std::unexpected(built.error());
+            });
           });
-        });
-        if (!done) return std::unexpected(done.error());
-        const double query_absent = arena.execute(
-            [&] { return seconds_of([&] { done = filter.query(absent, answers, backend); }); });
-        if (!done) return std::unexpected(done.error());
-        const double query_present = arena.execute(
-            [&] { return seconds_of([&] { done = filter.query(present, answers, backend); }); });
-        if (!done) return std::unexpected(done.error());
-        if (rep > 0) {
-          times[3 * b].push_back(build);
-          times[3 * b + 1].push_back(query_absent);
-          times[3 * b + 2].push_back(query_present);
+          if (!done) return std::unexpected(done.error());
+          const double query_absent = arena.execute(
+              [&] { return seconds_of([&] { done = filter.query(absent, answers, backend); }); });
+          if (!done) return std::unexpected(done.error());
+          const double query_present = arena.execute(
+              [&] { return seconds_of([&] { done = filter.query(present, answers, backend); }); });
+          if (!done) return std::unexpected(done.error());
+          if (rep > 0) {
+            const std::size_t at = (p * backends.size() + b) * 3;
+            times[at].push_back(build);
+            times[at + 1].push_back(query_absent);
+            times[at + 2].push_back(query_present);
+          }
         }
       }
     }
     const double load_ns = median(load_times) * 1e9 / static_cast<double>(ceiling.loads());
-    rows.push_back({"memory", "random_load", threads, scenario.name, ceiling.loads(),
+    rows.push_back({"memory", "random_load", 0, threads, scenario.name, ceiling.loads(),
                     layout->bit_count, layout->hash_count, "random_load", 1e9 / load_ns, load_ns,
                     1.0});
     if (copy_rate > 0) {
-      rows.push_back({"cuda", "h2d_copy", threads, scenario.name, 0, layout->bit_count,
+      rows.push_back({"cuda", "h2d_copy", 0, threads, scenario.name, 0, layout->bit_count,
                       layout->hash_count, "h2d_copy", copy_rate, 1e9 / copy_rate, 1.0});
     }
-    for (std::size_t b = 0; b < backends.size(); ++b) {
-      for (std::size_t op = 0; op < 3; ++op) {
-        const double ns = median(times[3 * b + op]) * 1e9 / static_cast<double>(batch);
-        // Loads a digest needs: k to build or to confirm a member, about
-        // 1 / (1 - fill) to rule out a non-member.
-        // The GPU's ceiling is the bus its digests cross instead.
-        const double loads = op == 1 ? 1.0 / (1.0 - fill) : layout->hash_count;
-        const double fraction =
-            backends[b] == Backend::kCuda ? 1e9 / ns / copy_rate : loads * load_ns / ns;
-        rows.push_back({std::string(to_string(backends[b])), target_of(backends[b]), threads,
-                        scenario.name, batch, layout->bit_count, layout->hash_count,
-                        kOperations[op], 1e9 / ns, ns, fraction});
+    for (std::size_t p = 0; p < protocols.size(); ++p) {
+      const double fill = filters[p].fill_ratio();
+      for (std::size_t b = 0; b < backends.size(); ++b) {
+        for (std::size_t op = 0; op < 3; ++op) {
+          const std::size_t at = (p * backends.size() + b) * 3 + op;
+          const double ns = median(times[at]) * 1e9 / static_cast<double>(batch);
+          // Loads a digest needs: k to build or to confirm a member, about
+          // 1 / (1 - fill) to rule out a non-member.
+          // The GPU's ceiling is the bus its digests cross instead.
+          const double loads = op == 1 ? 1.0 / (1.0 - fill) : layout->hash_count;
+          const double fraction =
+              backends[b] == Backend::kCuda ? 1e9 / ns / copy_rate : loads * load_ns / ns;
+          rows.push_back({std::string(to_string(backends[b])), target_of(backends[b]), protocols[p],
+                          threads, scenario.name, batch, layout->bit_count, layout->hash_count,
+                          kOperations[op], 1e9 / ns, ns, fraction});
+        }
       }
     }
   }
@@ -260,33 +293,35 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<Backend>& 
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("%-6s %-8s %-12s %7s %-14s %12s %10s %9s\n", "scen", "backend", "target", "threads",
-              "operation", "items/s", "ns/item", "ceiling");
+  std::printf("%-6s %-8s %-12s %5s %7s %-14s %12s %10s %9s\n", "scen", "backend", "target", "proto",
+              "threads", "operation", "items/s", "ns/item", "ceiling");
   for (const auto& row : rows) {
-    std::printf("%-6s %-8s %-12s %7u %-14s %12s %10.2f %8.0f%%\n", row.scenario.c_str(),
-                row.backend.c_str(), row.target.substr(0, 12).c_str(), row.threads,
-                row.operation.c_str(), si_rate(row.items_per_second).c_str(), row.ns_per_item,
-                100.0 * row.fraction_of_ceiling);
+    const std::string protocol = row.protocol == 0 ? "-" : std::to_string(row.protocol);
+    std::printf("%-6s %-8s %-12s %5s %7u %-14s %12s %10.2f %8.0f%%\n", row.scenario.c_str(),
+                row.backend.c_str(), row.target.substr(0, 12).c_str(), protocol.c_str(),
+                row.threads, row.operation.c_str(), si_rate(row.items_per_second).c_str(),
+                row.ns_per_item, 100.0 * row.fraction_of_ceiling);
   }
 }
 
 int run_bench(const BenchOptions& options) {
   std::vector<Backend> backends;
   if (options.backend == "all") {
-    backends = {Backend::kScalar, Backend::kSimd};
-    if (backend_available(Backend::kCuda)) backends.push_back(Backend::kCuda);
+    for (const auto& info : list_backends()) {
+      if (info.available) backends.push_back(info.backend);
+    }
   } else {
     auto parsed = parse_backend(options.backend);
     if (!parsed) return report("bench", parsed.error());
     auto resolved = resolve_backend(*parsed, kBatch);
     if (!resolved) return report("bench", resolved.error());
-    const Backend backend = *resolved;
-    if (!backend_available(backend)) {
-      return report("bench", Error{ErrorCode::kBackendUnavailable,
-                                   "backend " + std::string(to_string(backend)) +
-                                       " cannot run here: " + cuda_device_description()});
-    }
-    backends = {backend};
+    backends = {*resolved};
+  }
+  std::vector<std::uint32_t> protocols;
+  if (options.protocol == "all") {
+    protocols = {probe::kProtocolUnkeyed, probe::kProtocolKeyed};
+  } else {
+    protocols = {static_cast<std::uint32_t>(std::stoul(options.protocol))};
   }
   std::vector<unsigned> thread_counts;
   if (options.threads != 0) {
@@ -308,8 +343,8 @@ int run_bench(const BenchOptions& options) {
       std::fprintf(stderr, "abf bench: %s (n = %s, p = 0.01)...\n", scenario.name,
                    with_commas(scenario.n).c_str());
     }
-    if (auto done =
-            run_scenario(scenario, backends, thread_counts, options.repetitions, copy_rate, rows);
+    if (auto done = run_scenario(scenario, protocols, backends, thread_counts, options.repetitions,
+                                 copy_rate, rows);
         !done) {
       return report("bench", done.error());
     }
@@ -317,8 +352,11 @@ int run_bench(const BenchOptions& options) {
   if (options.json) {
     nlohmann::json results = nlohmann::json::array();
     for (const auto& row : rows) {
+      nlohmann::json protocol = nullptr;  // the ceiling rows have none
+      if (row.protocol != 0) protocol = row.protocol;
       results.push_back({{"backend", row.backend},
                          {"target", row.target},
+                         {"hash_protocol_version", protocol},
                          {"threads", row.threads},
                          {"scenario", row.scenario},
                          {"items", row.items},
@@ -352,15 +390,24 @@ Command add_bench_command(CLI::App& root) {
       "`ceiling` = loads needed (absent 1/(1-fill), present and build k) x ns per load / ns\n"
       "per item. For cuda rows the ceiling is the h2d_copy row instead: digests per second a\n"
       "pinned host-to-device copy carries (their digests start in host memory).\n"
-      "Without --threads every case runs at 1 thread and at all cores.\n"
+      "Without --threads every case runs at 1 thread and at all cores. --protocol 2 runs\n"
+      "keyed filters (hashProtocolVersion 2: SipHash-2-4-128 of every digest, under a fixed\n"
+      "benchmark key); all runs both, interleaved, so their ratio is measured side by side.\n"
       "Examples:\n"
       "  abf bench --scenario l2\n"
+      "  abf bench --scenario llc --protocol all --threads 1\n"
       "  abf bench --scenario dram --backend simd --threads 1 --json");
   app->add_option("--scenario", options->scenario, "l2, llc, dram or all (default all)")
       ->check(CLI::IsMember({"l2", "llc", "dram", "all"}));
-  app->add_option("--backend", options->backend,
-                  "all, auto, scalar, simd or cuda (default all: scalar, simd and cuda if present)")
-      ->check(CLI::IsMember({"all", "auto", "scalar", "simd", "cuda"}));
+  std::vector<std::string> backend_choices{"all"};
+  for (const auto& name : backend_names()) backend_choices.push_back(name);
+  std::string backend_help = "all (default: every backend that can run here)";
+  for (const auto& name : backend_names()) backend_help += ", " + name;
+  app->add_option("--backend", options->backend, backend_help)
+      ->check(CLI::IsMember(backend_choices));
+  app->add_option("--protocol", options->protocol,
+                  "1 (unkeyed, default), 2 (keyed: SipHash per digest) or all")
+      ->check(CLI::IsMember({"1", "2", "all"}));
   app->add_option("--repetitions", options->repetitions, "Timed runs per case (default 5)")
       ->check(CLI::Range(1u, 1000u));
   app->add_flag("--json", options->json, "Print one JSON object instead of a table");
