@@ -27,7 +27,9 @@
 #include "abf/cuda/view.hpp"
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
+#include "abf/scheme.hpp"
 #include "cuda_error.hpp"
+#include "engine.hpp"
 #include "kernels.hpp"
 #include "launch.hpp"
 #include "test_support.hpp"
@@ -88,18 +90,46 @@ struct PinnedArray {
   std::span<T> span() { return {data, size}; }
 };
 
-// A host Filter of layout (m, k) holding `members`, built by the scalar
+const detail::Engine& cuda_engine_row() { return detail::kCudaEngine; }
+
+Scheme unkeyed(std::uint64_t m, std::uint32_t k) {
+  auto scheme = Scheme::unkeyed(Layout{m, k});
+  EXPECT_TRUE(scheme.has_value()) << scheme.error().describe();
+  return scheme.value_or(Scheme{});
+}
+
+// A host Filter of this scheme holding `members`, built by the scalar
 // reference.
-Filter scalar_filter(std::uint64_t m, std::uint32_t k, const std::vector<Digest>& members) {
+Filter scalar_filter(const Scheme& scheme, const std::vector<Digest>& members) {
+  const std::uint64_t m = scheme.bit_count();
   auto words = allocate_words(m / 64);
-  scalar::insert_batch(words.get(), m, k, members.data(), members.size());
+  scalar::insert_batch(scheme.probe(), words.get(), members.data(), members.size());
   FilterInfo info;
   info.spec = BloomSpec{std::max<std::uint64_t>(members.size(), 1), 0.01};
-  info.layout = Layout{m, k};
+  info.scheme = scheme;
   info.inserted_item_count = members.size();
   auto filter = Filter::from_words(info, std::move(words), m / 64);
   EXPECT_TRUE(filter.has_value()) << filter.error().describe();
   return std::move(*filter);
+}
+
+// The same for layout (m, k), protocol 1.
+Filter scalar_filter(std::uint64_t m, std::uint32_t k, const std::vector<Digest>& members) {
+  return scalar_filter(unkeyed(m, k), members);
+}
+
+// The scalar reference's bits for `digests` under `scheme`.
+std::vector<std::uint64_t> scalar_bits(const Scheme& scheme, const Digest* digests,
+                                       std::size_t count) {
+  std::vector<std::uint64_t> words(scheme.bit_count() / 64, 0);
+  scalar::insert_batch(scheme.probe(), words.data(), digests, count);
+  return words;
+}
+
+// The CUDA engine's query (its row of the engine table).
+Result<void> engine_query(const Filter& filter, std::span<const Digest> digests,
+                          std::span<Answer> answers) {
+  return cuda_engine_row().query(filter, digests, answers);
 }
 
 std::vector<Answer> scalar_answers(const Filter& filter, const std::vector<Digest>& digests) {
@@ -175,20 +205,32 @@ std::vector<Answer> device_answers(const cuda::DeviceFilter& filter,
 }
 
 // Uploads the scalar filter of w.members and checks the device-resident
-// kernel's answers for w.queries against the scalar engine's.
-void expect_device_answers_match_scalar(std::uint64_t m, std::uint32_t k, const Workload& w) {
-  const Filter filter = scalar_filter(m, k, w.members);
+// kernel's answers for w.queries against the scalar engine's: aligned
+// records (128-bit loads) and, when `misaligned`, records 8 and 3 bytes off
+// (byte loads).
+void expect_device_answers_match_scalar(const Scheme& scheme, const Workload& w,
+                                        bool misaligned = false) {
+  const Filter filter = scalar_filter(scheme, w.members);
   auto device = cuda::DeviceFilter::upload(filter);
   ABF_ASSERT_OK(device);
-  EXPECT_EQ(device_answers(*device, w.queries), scalar_answers(filter, w.queries))
-      << "m = " << m << " k = " << k;
+  ASSERT_TRUE(device->scheme() == scheme);
+  const std::vector<Answer> expected = scalar_answers(filter, w.queries);
+  EXPECT_EQ(device_answers(*device, w.queries), expected) << scheme.describe();
+  if (misaligned) {
+    EXPECT_EQ(device_answers(*device, w.queries, 8), expected) << scheme.describe() << ", +8";
+    EXPECT_EQ(device_answers(*device, w.queries, 3), expected) << scheme.describe() << ", +3";
+  }
+}
+
+void expect_device_answers_match_scalar(std::uint64_t m, std::uint32_t k, const Workload& w) {
+  expect_device_answers_match_scalar(unkeyed(m, k), w);
 }
 
 class CudaGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_engine::device_present()) {
-      GTEST_SKIP() << "no usable CUDA device: " << cuda_engine::device_description();
+    if (!cuda_engine_row().available()) {
+      GTEST_SKIP() << "no usable CUDA device: " << cuda_engine_row().detail();
     }
   }
 };
@@ -196,7 +238,7 @@ class CudaGpuTest : public ::testing::Test {
 // --- The query kernel --------------------------------------------------------
 
 TEST_F(CudaGpuTest, DescribesTheDevice) {
-  const std::string description = cuda_engine::device_description();
+  const std::string description = cuda_engine_row().detail();
   std::cout << "device: " << description << "\n";
   EXPECT_NE(description.find("sm_"), std::string::npos) << description;
   auto info = cuda::current_device();
@@ -271,8 +313,8 @@ TEST_F(CudaGpuTest, EveryPathMatchesScalarAtTheEdgesOfBatchSizes) {
         << "host async, pinned";
 
     std::vector<Answer> engine(n, Answer{0xee});
-    ABF_ASSERT_OK(cuda_engine::query_batch(filter, digests.data(), n, engine.data()));
-    EXPECT_EQ(engine, expected) << "cuda_engine::query_batch";
+    ABF_ASSERT_OK(engine_query(filter, digests, engine));
+    EXPECT_EQ(engine, expected) << "kCudaEngine.query";
 
     std::vector<Answer> library(n, Answer{0xee});
     ABF_ASSERT_OK(filter.query(digests, library, Backend::kCuda));
@@ -342,9 +384,10 @@ TEST_F(CudaGpuTest, AUsersKernelCanCallTheView) {
   EXPECT_EQ(answers, scalar_answers(filter, w.queries));
 }
 
-// The engine caches the last uploaded filter: a different filter of the same
-// layout must be uploaded anew, never answered from the old bits.
-TEST_F(CudaGpuTest, EngineNeverAnswersFromAStaleUpload) {
+// Each filter's device copy is its own: filters of the same layout, made and
+// dropped in turn (a new one may get the old one's host memory), are never
+// answered from another's bits.
+TEST_F(CudaGpuTest, EngineAnswersEveryFilterFromItsOwnCopy) {
   const std::uint64_t m = 64 * 4096;
   const std::uint32_t k = 5;
   const Workload a = workload(m, 30000, 0, 41);
@@ -357,7 +400,7 @@ TEST_F(CudaGpuTest, EngineNeverAnswersFromAStaleUpload) {
     for (const Workload* which : {&a, &b}) {
       const Filter filter = scalar_filter(m, k, which->members);
       std::vector<Answer> answers(probes.size());
-      ABF_ASSERT_OK(cuda_engine::query_batch(filter, probes.data(), probes.size(), answers.data()));
+      ABF_ASSERT_OK(engine_query(filter, probes, answers));
       ASSERT_EQ(answers, scalar_answers(filter, probes)) << "round " << round;
     }
   }
@@ -373,8 +416,8 @@ TEST_F(CudaGpuTest, BuildKernelIsBitExactWithScalarBuild) {
       std::vector<Digest> digests = adversarial_digests(m, 300000, m + k);
       // Duplicates change nothing; order changes nothing.
       digests.insert(digests.end(), digests.begin(), digests.begin() + 1000);
-      std::vector<std::uint64_t> expected(m / 64, 0);
-      scalar::insert_batch(expected.data(), m, k, digests.data(), digests.size());
+      const std::vector<std::uint64_t> expected =
+          scalar_bits(unkeyed(m, k), digests.data(), digests.size());
 
       // Device-resident digests.
       auto device = cuda::DeviceFilter::create(Layout{m, k});
@@ -402,16 +445,15 @@ TEST_F(CudaGpuTest, BuildKernelIsBitExactWithScalarBuild) {
 
       // A device lane ORs into the host's bits: half the digests by
       // scalar, the rest in two chunks on the GPU, folded once.
-      std::vector<std::uint64_t> mixed(m / 64, 0);
-      scalar::insert_batch(mixed.data(), m, k, digests.data(), half);
-      auto lane = cuda_engine::open_lane(m, k);
+      std::vector<std::uint64_t> mixed = scalar_bits(unkeyed(m, k), digests.data(), half);
+      auto lane = cuda_engine_row().open_lane(unkeyed(m, k), mixed.data());
       ABF_ASSERT_OK(lane);
       const std::size_t quarter = (digests.size() - half) / 2;
-      ABF_ASSERT_OK((*lane)->insert(digests.data() + half, quarter));
-      ABF_ASSERT_OK(
-          (*lane)->insert(digests.data() + half + quarter, digests.size() - half - quarter));
-      ABF_ASSERT_OK((*lane)->fold_into(mixed.data()));
-      ASSERT_EQ(mixed, expected) << "cuda_engine::DeviceLane";
+      const std::span all(digests);
+      ABF_ASSERT_OK((*lane)->insert(all.subspan(half, quarter)));
+      ABF_ASSERT_OK((*lane)->insert(all.subspan(half + quarter)));
+      ABF_ASSERT_OK((*lane)->finish());
+      ASSERT_EQ(mixed, expected) << "the CUDA engine's build lane";
     }
   }
 }
@@ -424,26 +466,26 @@ TEST_F(CudaGpuTest, DeviceLanesFoldIntoHostBitsAndStartEmpty) {
   const std::uint32_t k = 3;
   const auto on_cpu = test::random_digests(300000, 71);
   const auto on_gpu = test::random_digests(300000, 72);
-  std::vector<std::uint64_t> expected(m / 64, 0);
-  scalar::insert_batch(expected.data(), m, k, on_cpu.data(), on_cpu.size());
-  scalar::insert_batch(expected.data(), m, k, on_gpu.data(), on_gpu.size());
-  std::vector<std::uint64_t> words(m / 64, 0);
-  scalar::insert_batch(words.data(), m, k, on_cpu.data(), on_cpu.size());
+  const Scheme scheme = unkeyed(m, k);
+  std::vector<std::uint64_t> expected = scalar_bits(scheme, on_cpu.data(), on_cpu.size());
+  scalar::insert_batch(scheme.probe(), expected.data(), on_gpu.data(), on_gpu.size());
+  std::vector<std::uint64_t> words = scalar_bits(scheme, on_cpu.data(), on_cpu.size());
   {
-    auto lane = cuda_engine::open_lane(m, k);
+    auto lane = cuda_engine_row().open_lane(scheme, words.data());
     ABF_ASSERT_OK(lane);
-    ABF_ASSERT_OK((*lane)->insert(on_gpu.data(), on_gpu.size()));
-    ABF_ASSERT_OK((*lane)->fold_into(words.data()));
+    ABF_ASSERT_OK((*lane)->insert(on_gpu));
+    ABF_ASSERT_OK((*lane)->finish());
     ASSERT_EQ(words, expected);
   }
   for (int round = 0; round < 2; ++round) {
-    auto lane = cuda_engine::open_lane(m, k);  // the first reuses the lane above
-    ABF_ASSERT_OK(lane);
     std::vector<std::uint64_t> empty(m / 64, 0);
-    ABF_ASSERT_OK((*lane)->fold_into(empty.data()));
+    // The first reuses the lane above.
+    auto lane = cuda_engine_row().open_lane(scheme, empty.data());
+    ABF_ASSERT_OK(lane);
+    ABF_ASSERT_OK((*lane)->finish());
     ASSERT_TRUE(std::all_of(empty.begin(), empty.end(), [](std::uint64_t w) { return w == 0; }))
         << "round " << round << ": a reused lane kept old bits";
-    ABF_ASSERT_OK((*lane)->insert(on_gpu.data(), 1000));
+    ABF_ASSERT_OK((*lane)->insert(std::span(on_gpu).first(1000)));
   }
 }
 
@@ -575,7 +617,7 @@ TEST(CudaErrorTest, NoDeviceAndOldDriverMeanBackendUnavailable) {
 }
 
 TEST(CudaErrorTest, WithoutADeviceEveryEntryPointSaysWhy) {
-  if (cuda_engine::device_present()) GTEST_SKIP() << "a device is present";
+  if (cuda_engine_row().available()) GTEST_SKIP() << "a device is present";
   auto device = cuda::DeviceFilter::create(Layout{64, 1});
   ASSERT_FALSE(device.has_value());
   EXPECT_EQ(device.error().code, ErrorCode::kBackendUnavailable) << device.error().message;
@@ -853,7 +895,8 @@ TEST_F(CudaGpuTest, Throughput) {
   {
     auto words = device->download();
     ABF_ASSERT_OK(words);
-    const probe::FilterView view{words->data(), layout->bit_count, layout->hash_count};
+    const probe::FilterView view = probe::make_view(
+        words->data(), probe::unkeyed_scheme(layout->bit_count, layout->hash_count));
     std::vector<Digest> sample(1 << 16);
     ABF_ASSERT_CUDA(cudaMemcpy(sample.data(), absent.data, sample.size() * sizeof(Digest),
                                cudaMemcpyDeviceToHost));

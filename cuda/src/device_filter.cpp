@@ -290,7 +290,7 @@ HostMemory kind_of(const void* pointer) {
 struct DeviceFilter::Impl {
   int device = 0;
   int sm_count = 0;
-  Layout layout;
+  Scheme scheme;
   std::uint64_t* words = nullptr;  // device memory, bit_count / 8 bytes
 
   std::mutex staging_mutex;  // one host-memory pipeline at a time
@@ -307,7 +307,8 @@ struct DeviceFilter::Impl {
     if (words != nullptr) (void)cudaFree(words);
   }
 
-  std::size_t bytes() const { return layout.bit_count / 8; }
+  std::size_t bytes() const { return scheme.bit_count() / 8; }
+  std::size_t word_count() const { return scheme.bit_count() / 64; }
 
   void release_staging() {
     for (Slot& slot : slots) {
@@ -390,7 +391,7 @@ struct DeviceFilter::Impl {
     std::lock_guard lock(staging_mutex);
     if (auto r = ensure_staging(kChunkDigests); !r) return r;
     const std::size_t chunk_words = chunk_capacity * sizeof(Digest) / sizeof(std::uint64_t);
-    const std::size_t total = layout.bit_count / 64;
+    const std::size_t total = word_count();
     auto finish = [&](Slot& slot) -> Result<void> {
       if (!slot.busy) return {};
       slot.busy = false;
@@ -439,8 +440,8 @@ struct DeviceFilter::Impl {
     }
     std::lock_guard lock(staging_mutex);
     if (auto r = ensure_staging(count); !r) return r;
-    const DeviceFilterView query_view = make_view(words, layout.bit_count, layout.hash_count);
-    const DeviceBuildView build_view = make_build_view(words, layout.bit_count, layout.hash_count);
+    const DeviceFilterView query_view = cuda::make_view(words, scheme.probe());
+    const DeviceBuildView build_view = cuda::make_build_view(words, scheme.probe());
     std::size_t next = 0;
     for (std::size_t offset = 0; offset < count; offset += chunk_capacity) {
       Slot& slot = slots[next++ % kStreams];
@@ -495,21 +496,35 @@ DeviceFilter::DeviceFilter(DeviceFilter&&) noexcept = default;
 DeviceFilter& DeviceFilter::operator=(DeviceFilter&&) noexcept = default;
 DeviceFilter::~DeviceFilter() = default;
 
-Result<DeviceFilter> DeviceFilter::create(const Layout& layout) {
-  if (layout.bit_count < probe::kMinBitCount || layout.bit_count > probe::kMaxBitCount ||
-      layout.bit_count % 64 != 0 || layout.hash_count < probe::kMinHashCount ||
-      layout.hash_count > probe::kMaxHashCount) {
-    return fail(ErrorCode::kInvalidArgument,
-                "CUDA backend: invalid layout m = " + std::to_string(layout.bit_count) +
-                    ", k = " + std::to_string(layout.hash_count) +
-                    " (m must be a multiple of 64 in 64..2^30, k in 1..32)");
+namespace {
+
+// A scheme made by Scheme's factories has a valid layout; this catches the
+// empty, default-constructed one (m = 0).
+Result<void> check_scheme(const Scheme& scheme) {
+  if (auto fault = describe_layout_fault(scheme.layout()); !fault.empty()) {
+    return fail(ErrorCode::kInvalidArgument, "CUDA backend: " + fault);
   }
+  return {};
+}
+
+Result<Scheme> unkeyed_scheme(const Layout& layout) {
+  auto scheme = Scheme::unkeyed(layout);
+  if (!scheme) {
+    return fail(ErrorCode::kInvalidArgument, "CUDA backend: " + scheme.error().message);
+  }
+  return scheme;
+}
+
+}  // namespace
+
+Result<DeviceFilter> DeviceFilter::create(const Scheme& scheme) {
+  if (auto r = check_scheme(scheme); !r) return std::unexpected(r.error());
   auto info = current_device();
   if (!info) return std::unexpected(info.error());
   auto impl = std::make_unique<Impl>();
   impl->device = info->ordinal;
   impl->sm_count = info->sm_count;
-  impl->layout = layout;
+  impl->scheme = scheme;
   const std::size_t bytes = impl->bytes();
   if (auto r = check(
           cudaMalloc(reinterpret_cast<void**>(&impl->words), bytes),
@@ -523,14 +538,21 @@ Result<DeviceFilter> DeviceFilter::create(const Layout& layout) {
   return DeviceFilter(std::move(impl));
 }
 
+Result<DeviceFilter> DeviceFilter::create(const Layout& layout) {
+  auto scheme = unkeyed_scheme(layout);
+  if (!scheme) return std::unexpected(scheme.error());
+  return create(*scheme);
+}
+
 Result<DeviceFilter> DeviceFilter::from_words(std::span<const std::uint64_t> words,
-                                              const Layout& layout) {
-  if (words.size() != layout.bit_count / 64) {
+                                              const Scheme& scheme) {
+  if (auto r = check_scheme(scheme); !r) return std::unexpected(r.error());
+  if (words.size() != scheme.bit_count() / 64) {
     return fail(ErrorCode::kInvalidArgument,
                 "CUDA backend: bitset of " + std::to_string(words.size()) +
-                    " words for m = " + std::to_string(layout.bit_count) + " (needs m / 64)");
+                    " words for m = " + std::to_string(scheme.bit_count()) + " (needs m / 64)");
   }
-  auto filter = create(layout);
+  auto filter = create(scheme);
   if (!filter) return filter;
   if (auto r = check(cudaMemcpy(filter->impl_->words, words.data(), filter->impl_->bytes(),
                                 cudaMemcpyHostToDevice),
@@ -541,17 +563,25 @@ Result<DeviceFilter> DeviceFilter::from_words(std::span<const std::uint64_t> wor
   return filter;
 }
 
+Result<DeviceFilter> DeviceFilter::from_words(std::span<const std::uint64_t> words,
+                                              const Layout& layout) {
+  auto scheme = unkeyed_scheme(layout);
+  if (!scheme) return std::unexpected(scheme.error());
+  return from_words(words, *scheme);
+}
+
 Result<DeviceFilter> DeviceFilter::upload(const Filter& filter) {
-  return from_words(filter.words(), Layout{filter.bit_count(), filter.hash_count()});
+  return from_words(filter.words(), filter.scheme());
 }
 
 DeviceFilterView DeviceFilter::view() const noexcept {
-  return make_view(impl_->words, impl_->layout.bit_count, impl_->layout.hash_count);
+  return cuda::make_view(impl_->words, impl_->scheme.probe());
 }
 DeviceBuildView DeviceFilter::build_view() noexcept {
-  return make_build_view(impl_->words, impl_->layout.bit_count, impl_->layout.hash_count);
+  return cuda::make_build_view(impl_->words, impl_->scheme.probe());
 }
-Layout DeviceFilter::layout() const noexcept { return impl_->layout; }
+const Scheme& DeviceFilter::scheme() const noexcept { return impl_->scheme; }
+Layout DeviceFilter::layout() const noexcept { return impl_->scheme.layout(); }
 int DeviceFilter::device() const noexcept { return impl_->device; }
 const std::uint64_t* DeviceFilter::device_words() const noexcept { return impl_->words; }
 
@@ -646,10 +676,10 @@ Result<void> DeviceFilter::insert_host(std::span<const Digest> digests) {
 }
 
 Result<void> DeviceFilter::download(std::span<std::uint64_t> words) const {
-  if (words.size() != impl_->layout.bit_count / 64) {
+  if (words.size() != impl_->word_count()) {
     return fail(ErrorCode::kInvalidArgument,
                 "CUDA backend: download into " + std::to_string(words.size()) +
-                    " words, the bitset has " + std::to_string(impl_->layout.bit_count / 64));
+                    " words, the bitset has " + std::to_string(impl_->word_count()));
   }
   detail::DeviceGuard guard(impl_->device);
   if (auto r = guard.check(); !r) return r;
@@ -664,10 +694,10 @@ Result<void> DeviceFilter::clear() {
 }
 
 Result<void> DeviceFilter::or_into(std::span<std::uint64_t> words) const {
-  if (words.size() != impl_->layout.bit_count / 64) {
+  if (words.size() != impl_->word_count()) {
     return fail(ErrorCode::kInvalidArgument,
                 "CUDA backend: OR into " + std::to_string(words.size()) +
-                    " words, the bitset has " + std::to_string(impl_->layout.bit_count / 64));
+                    " words, the bitset has " + std::to_string(impl_->word_count()));
   }
   detail::DeviceGuard guard(impl_->device);
   if (auto r = guard.check(); !r) return r;
@@ -675,7 +705,7 @@ Result<void> DeviceFilter::or_into(std::span<std::uint64_t> words) const {
 }
 
 Result<std::vector<std::uint64_t>> DeviceFilter::download() const {
-  std::vector<std::uint64_t> words(impl_->layout.bit_count / 64);
+  std::vector<std::uint64_t> words(impl_->word_count());
   if (auto r = download(words); !r) return std::unexpected(r.error());
   return words;
 }

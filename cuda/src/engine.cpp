@@ -1,6 +1,7 @@
-// The CUDA engine behind Backend::kCuda (and kAuto for large batches when a
-// device is present): the abf::cuda_engine functions of core/src/engines.hpp,
-// on top of DeviceFilter.
+// The CUDA engine's row of the engine table (core/src/engine.hpp), on top of
+// DeviceFilter: queries from host memory through a device copy attached to
+// the filter, builds into a device bitset lane folded into the builder's
+// bits once. And cuda_engine::copy_bandwidth (core/src/kernels.hpp).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -11,11 +12,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "abf/backend.hpp"
 #include "abf/cuda/device_filter.hpp"
 #include "cuda_error.hpp"
+#include "engine.hpp"
 #include "kernels.hpp"
 
-namespace abf::cuda_engine {
+namespace abf {
 
 namespace {
 
@@ -26,27 +29,6 @@ const Result<cuda::DeviceInfo>& device_probe() {
   return probe;
 }
 
-// The last filter queried, kept on the device so a stream of batches against
-// one filter uploads it once. The cache holds a copy of the Filter (which
-// shares its bits), so the words it was keyed on cannot be freed and reused
-// for another filter while it lives. Leaked on purpose: destroying device
-// memory from a static destructor races the CUDA runtime's own teardown.
-struct UploadCache {
-  std::mutex mutex;
-  std::optional<Filter> filter;
-  std::optional<cuda::DeviceFilter> device;
-};
-
-UploadCache& upload_cache() {
-  static auto* cache = new UploadCache;
-  return *cache;
-}
-
-bool same_filter(const Filter& a, const Filter& b) {
-  return a.words().data() == b.words().data() && a.bit_count() == b.bit_count() &&
-         a.hash_count() == b.hash_count();
-}
-
 Result<void> require_device() {
   if (const auto& probe = device_probe(); !probe) return std::unexpected(probe.error());
   return {};
@@ -54,39 +36,38 @@ Result<void> require_device() {
 
 }  // namespace
 
-bool compiled() noexcept { return true; }
-
-bool device_present() noexcept { return device_probe().has_value(); }
-
-std::string device_description() {
-  const auto& probe = device_probe();
-  return probe ? probe->describe() : probe.error().message;
-}
-
-Result<void> query_batch(const Filter& filter, const Digest* digests, std::size_t count,
-                         Answer* answers) {
-  if (auto r = require_device(); !r) return r;
-  UploadCache& cache = upload_cache();
-  // One host pipeline at a time: the lock also keeps the cached DeviceFilter
-  // alive while it is used.
-  std::lock_guard lock(cache.mutex);
-  if (!cache.filter || !same_filter(*cache.filter, filter)) {
-    cache.device.reset();
-    cache.filter.reset();
-    auto uploaded = cuda::DeviceFilter::upload(filter);
-    if (!uploaded) return std::unexpected(uploaded.error());
-    cache.device.emplace(std::move(*uploaded));
-    cache.filter.emplace(filter);
-  }
-  return cache.device->query_host({digests, count}, {answers, count});
-}
+namespace detail {
 
 namespace {
 
+// --- Queries -------------------------------------------------------------------
+
+// A filter's device copy is attached to the filter (FilterAccess), made by
+// its first CUDA query and freed with its last copy: a stream of batches
+// against one filter uploads it once, and filters queried from different
+// threads each use their own copy and staging, so they run on the GPU at
+// once. The copy can never outlive or mistake its filter's bits.
+Result<void> query(const Filter& filter, std::span<const Digest> digests,
+                   std::span<Answer> answers) {
+  if (auto r = require_device(); !r) return r;
+  if (digests.empty()) return {};
+  auto device = FilterAccess::attachment<cuda::DeviceFilter>(
+      filter, kCudaEngine, [&]() -> Result<std::shared_ptr<cuda::DeviceFilter>> {
+        auto uploaded = cuda::DeviceFilter::upload(filter);
+        if (!uploaded) return std::unexpected(uploaded.error());
+        return std::make_shared<cuda::DeviceFilter>(std::move(*uploaded));
+      });
+  if (!device) return std::unexpected(device.error());
+  return (*device)->query_host(digests, answers);
+}
+
+// --- Builds --------------------------------------------------------------------
+
 // The device bitset (with its pinned staging) of the last CUDA build that
-// ended, kept for the next build of the same layout: a service rebuilding
-// its filter, or a benchmark, pays the allocations once. Leaked on purpose,
-// like the upload cache.
+// ended, kept for the next build of the same scheme: a service rebuilding
+// its filter, or a benchmark, pays the allocations once. Leaked on purpose:
+// destroying device memory from a static destructor races the CUDA
+// runtime's own teardown.
 struct LaneCache {
   std::mutex mutex;
   std::optional<cuda::DeviceFilter> spare;
@@ -97,9 +78,14 @@ LaneCache& lane_cache() {
   return *cache;
 }
 
-class CudaLane final : public DeviceLane {
+// A bitset on the device that a FilterBuilder building with CUDA inserts
+// into: opened at its first CUDA chunk, ORed into the builder's own words
+// once, in finish(). A streamed build so moves the filter across the bus
+// once, not once per chunk.
+class CudaLane final : public BuildLane {
  public:
-  explicit CudaLane(cuda::DeviceFilter device) : device_(std::move(device)) {}
+  CudaLane(cuda::DeviceFilter device, std::uint64_t* words)
+      : device_(std::move(device)), words_(words) {}
   CudaLane(const CudaLane&) = delete;
   CudaLane& operator=(const CudaLane&) = delete;
 
@@ -109,19 +95,70 @@ class CudaLane final : public DeviceLane {
     cache.spare = std::move(device_);
   }
 
-  Result<void> insert(const Digest* digests, std::size_t count) override {
-    return device_->insert_host({digests, count});
+  Result<void> insert(std::span<const Digest> digests) override {
+    return device_->insert_host(digests);
   }
 
-  Result<void> fold_into(std::uint64_t* words) override {
-    return device_->or_into({words, device_->layout().bit_count / 64});
+  Result<void> finish() override {
+    return device_->or_into({words_, device_->scheme().bit_count() / 64});
   }
 
  private:
   std::optional<cuda::DeviceFilter> device_;
+  std::uint64_t* words_;  // the builder's bitset
 };
 
+Result<std::unique_ptr<BuildLane>> open_lane(const Scheme& scheme, std::uint64_t* words) {
+  if (auto r = require_device(); !r) return std::unexpected(r.error());
+  std::optional<cuda::DeviceFilter> reused;
+  {
+    LaneCache& cache = lane_cache();
+    std::lock_guard lock(cache.mutex);
+    // The same scheme, not only the same size: the kernels take the
+    // protocol and key from the device filter.
+    if (cache.spare && cache.spare->scheme() == scheme &&
+        cache.spare->device() == device_probe()->ordinal) {
+      reused = std::move(cache.spare);
+    }
+    cache.spare.reset();
+  }
+  if (reused && reused->clear()) return std::make_unique<CudaLane>(std::move(*reused), words);
+  reused.reset();
+  auto device = cuda::DeviceFilter::create(scheme);
+  if (!device) return std::unexpected(device.error());
+  return std::make_unique<CudaLane>(std::move(*device), words);
+}
+
+void release_caches() noexcept {
+  LaneCache& cache = lane_cache();
+  const std::lock_guard lock(cache.mutex);
+  cache.spare.reset();
+}
+
 }  // namespace
+
+extern const Engine kCudaEngine{
+    .name = "cuda",
+    .summary = "NVIDIA GPU: queries through the filter's device copy, builds into a device bitset",
+    .available = []() noexcept { return device_probe().has_value(); },
+    .detail =
+        [] {
+          const auto& probe = device_probe();
+          return probe ? probe->describe() : probe.error().message;
+        },
+    .auto_prefers =
+        [](const Workload& workload) noexcept {
+          return auto_prefers_cuda(workload.batch, workload.query_filter_bytes);
+        },
+    .query = query,
+    .insert = nullptr,
+    .open_lane = open_lane,
+    .release_caches = release_caches,
+};
+
+}  // namespace detail
+
+namespace cuda_engine {
 
 Result<double> copy_bandwidth() {
   if (auto r = require_device(); !r) return std::unexpected(r.error());
@@ -158,36 +195,6 @@ Result<double> copy_bandwidth() {
   return static_cast<double>(kBytes) / (static_cast<double>(runs[runs.size() / 2]) / 1e3);
 }
 
-Result<std::unique_ptr<DeviceLane>> open_lane(std::uint64_t bit_count, std::uint32_t hash_count) {
-  if (auto r = require_device(); !r) return std::unexpected(r.error());
-  const Layout layout{bit_count, hash_count};
-  std::optional<cuda::DeviceFilter> reused;
-  {
-    LaneCache& cache = lane_cache();
-    std::lock_guard lock(cache.mutex);
-    if (cache.spare && cache.spare->layout() == layout &&
-        cache.spare->device() == device_probe()->ordinal) {
-      reused = std::move(cache.spare);
-    }
-    cache.spare.reset();
-  }
-  if (reused && reused->clear()) return std::make_unique<CudaLane>(std::move(*reused));
-  reused.reset();
-  auto device = cuda::DeviceFilter::create(layout);
-  if (!device) return std::unexpected(device.error());
-  return std::make_unique<CudaLane>(std::move(*device));
-}
+}  // namespace cuda_engine
 
-void release_caches() noexcept {
-  {
-    UploadCache& cache = upload_cache();
-    const std::lock_guard lock(cache.mutex);  // after a query in flight
-    cache.device.reset();
-    cache.filter.reset();
-  }
-  LaneCache& cache = lane_cache();
-  const std::lock_guard lock(cache.mutex);
-  cache.spare.reset();
-}
-
-}  // namespace abf::cuda_engine
+}  // namespace abf

@@ -1,8 +1,8 @@
 // The CUDA backend's kernels: batch query and build over device-resident
-// 32-byte digest records, one thread per digest, grid-stride. The
-// per-digest work is abf::cuda::might_contain / insert (view.hpp), the same
-// functions the CPU tests run, so the kernels add only the loads, the stores
-// and the loop.
+// 32-byte digest records, one thread per digest, grid-stride, for both
+// hash protocols. The per-digest work is abf::cuda::might_contain / insert
+// and the step-1 hashes of view.hpp, the same functions the CPU tests run, so
+// the kernels add only the loads, the stores and the loop.
 //
 // Measured on an H200 (docs/cuda.md): the dram-sized query is bound by DRAM
 // (ncu: ~61% of peak read bandwidth, 64 bytes fetched per random probe), so
@@ -15,21 +15,25 @@
 namespace abf::cuda::detail {
 namespace {
 
-// h1, h2 of one record. Aligned: one 128-bit load and two byte swaps,
-// through the read-only cache or, streaming, marked evict-first (each record
-// is read once; the cache is better spent on the filter). Otherwise byte
-// loads (probe::load_be64), for views into a caller's buffer at any offset.
+// Step 1 (digest -> h1, h2) of one record under the view's protocol, a
+// branch every thread of the grid takes alike (one view per launch), so it
+// costs no divergence and no second set of kernels to compile. Aligned:
+// 128-bit loads, through the read-only cache or, streaming, marked
+// evict-first (each record is read once; the cache is better spent on the
+// filter); protocol 1 needs only the first 16 bytes, protocol 2 hashes all
+// 32. Otherwise byte loads (probe::hashes_of), for views into a caller's
+// buffer at any offset.
 template <bool kAligned, bool kStreaming>
-__device__ __forceinline__ void load_h1_h2(const std::uint8_t* record, std::uint64_t& h1,
-                                           std::uint64_t& h2) {
+__device__ __forceinline__ probe::HashPair load_hashes(const probe::Scheme& scheme,
+                                                       const std::uint8_t* record) {
   if constexpr (kAligned) {
     const auto* p = reinterpret_cast<const ulonglong2*>(record);
-    const ulonglong2 w = kStreaming ? __ldcs(p) : __ldg(p);
-    h1 = byte_swap64(w.x);
-    h2 = byte_swap64(w.y);
+    const ulonglong2 head = kStreaming ? __ldcs(p) : __ldg(p);
+    if (scheme.protocol != probe::kProtocolKeyed) return unkeyed_hashes_of_words(head.x, head.y);
+    const ulonglong2 tail = kStreaming ? __ldcs(p + 1) : __ldg(p + 1);
+    return keyed_hashes_of_words(scheme.key, head.x, head.y, tail.x, tail.y);
   } else {
-    h1 = probe::h1_of(record);
-    h2 = probe::h2_of(record);
+    return probe::hashes_of(scheme, record);
   }
 }
 
@@ -40,9 +44,8 @@ __global__ void __launch_bounds__(kBlockSize)
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    std::uint64_t h1, h2;
-    load_h1_h2<kAligned, kStreaming>(records + 32 * i, h1, h2);
-    const unsigned char answer = might_contain(view, h1, h2) ? 1 : 0;
+    const probe::HashPair hashes = load_hashes<kAligned, kStreaming>(view, records + 32 * i);
+    const unsigned char answer = might_contain(view, hashes) ? 1 : 0;
     if constexpr (kStreaming) {
       __stcs(answers + i, answer);
     } else {
@@ -57,9 +60,7 @@ __global__ void __launch_bounds__(kBlockSize)
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    std::uint64_t h1, h2;
-    load_h1_h2<kAligned, kStreaming>(records + 32 * i, h1, h2);
-    insert<kTestFirst>(view, h1, h2);
+    insert<kTestFirst>(view, load_hashes<kAligned, kStreaming>(view, records + 32 * i));
   }
 }
 

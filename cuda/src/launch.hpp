@@ -35,10 +35,11 @@ struct InsertShape {
 // finish), or fewer for a small batch.
 int grid_size(std::size_t count, int sm_count, int blocks_per_sm) noexcept;
 
-// answers[i] = 1 ("Maybe") or 0 for the 32-byte digest records[i]; all in
-// device memory. Any alignment of `records` works; 16-byte aligned records
-// are read with one 128-bit load each, others with byte loads (and the
-// default shape).
+// answers[i] = 1 ("Maybe") or 0 for the 32-byte digest records[i], under
+// the view's protocol; all in device memory. Any alignment of `records`
+// works; 16-byte aligned records are read with 128-bit loads (one for
+// protocol 1, two for protocol 2), others with byte loads (and the default
+// shape).
 cudaError_t launch_query(const DeviceFilterView& view, const std::uint8_t* records,
                          std::size_t count, std::uint8_t* answers, int sm_count,
                          cudaStream_t stream, QueryShape shape = {}) noexcept;

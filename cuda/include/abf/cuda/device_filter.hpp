@@ -18,8 +18,9 @@
 //                        plus sm_90 PTX)
 //   kCuda                any other CUDA failure (out of device memory, a
 //                        failed copy or launch), naming the call and sizes
-//   kInvalidArgument     a bad layout, spans of different lengths, device
-//                        memory where host memory was expected
+//   kInvalidArgument     a bad layout or an empty scheme, spans of different
+//                        lengths, device memory where host memory was
+//                        expected
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,7 @@
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
+#include "abf/scheme.hpp"
 
 namespace abf::cuda {
 
@@ -59,9 +61,11 @@ struct DeviceInfo {
 Result<DeviceInfo> current_device();
 
 // Launches the query kernel over device memory: device_answers[i] for
-// device_digests[i] (kMaybe / kDefinitelyNot). Asynchronous in `stream`; the
-// view's bitset must stay unchanged until the kernel has run. Any alignment
-// works; 16-byte aligned digests are read with one 128-bit load each.
+// device_digests[i] (kMaybe / kDefinitelyNot), under the view's protocol.
+// Asynchronous in `stream`; the view's bitset must stay unchanged until the
+// kernel has run. Any alignment works; 16-byte aligned digests are read with
+// 128-bit loads (one for protocol 1, which reads bytes 0..16; two for
+// protocol 2, which hashes all 32).
 Result<void> query_async(const DeviceFilterView& view, const Digest* device_digests,
                          std::size_t count, Answer* device_answers, cudaStream_t stream);
 
@@ -70,17 +74,25 @@ Result<void> query_async(const DeviceFilterView& view, const Digest* device_dige
 Result<void> insert_async(const DeviceBuildView& view, const Digest* device_digests,
                           std::size_t count, cudaStream_t stream);
 
-// A filter's bitset in device memory, on the device current when it was made.
+// A filter's bitset in device memory, on the device current when it was
+// made, and the scheme its bits are placed by (layout, protocol, key).
 // Move-only; frees its device and pinned memory when destroyed. Methods may be
 // called from any thread; the host-memory paths share one set of staging
 // buffers and run one at a time.
 class DeviceFilter {
  public:
-  // Uploads a filter's bits (m / 8 bytes) once.
+  // Uploads a filter's bits (m / 8 bytes) once; the copy keeps the filter's
+  // scheme, so it answers as the filter does under either protocol.
   static Result<DeviceFilter> upload(const Filter& filter);
-  // An empty (all zero) bitset of this layout, to build into.
+  // An empty (all zero) bitset of this scheme, to build into. An empty
+  // (default-constructed) scheme is kInvalidArgument.
+  static Result<DeviceFilter> create(const Scheme& scheme);
+  // Uploads a bitset of this scheme; `words` must hold bit_count / 64 words.
+  static Result<DeviceFilter> from_words(std::span<const std::uint64_t> words,
+                                         const Scheme& scheme);
+  // Protocol 1 (unkeyed) conveniences: Scheme::unkeyed(layout), whose
+  // layout errors (kInvalidArgument) they return.
   static Result<DeviceFilter> create(const Layout& layout);
-  // Uploads a bitset of this layout; `words` must hold bit_count / 64 words.
   static Result<DeviceFilter> from_words(std::span<const std::uint64_t> words,
                                          const Layout& layout);
 
@@ -93,8 +105,9 @@ class DeviceFilter {
   // What a kernel needs, by value: valid while this object lives.
   DeviceFilterView view() const noexcept;
   DeviceBuildView build_view() noexcept;
-  Layout layout() const noexcept;
-  int device() const noexcept;  // the CUDA ordinal the bitset lives on
+  const Scheme& scheme() const noexcept;
+  Layout layout() const noexcept;  // scheme().layout()
+  int device() const noexcept;     // the CUDA ordinal the bitset lives on
   const std::uint64_t* device_words() const noexcept;
 
   // --- Digests and answers in device memory ---------------------------------

@@ -15,12 +15,18 @@
 // Get a view from abf::cuda::DeviceFilter::view() (device_filter.hpp), or
 // make one over your own device bitset with make_view().
 //
+// A view carries its filter's scheme (probe::Scheme): the layout, the
+// hashProtocolVersion and, for protocol 2, the key schedule, so the same
+// kernel answers unkeyed and keyed filters. A keyed view holds the key's
+// schedule, which is as secret as the key: never print or store a view.
+//
 // Everything here is ABF_HD (__host__ __device__ under nvcc, plain C++
 // otherwise) and includes only abf/probe.hpp, so the CPU test suite runs the
 // very functions the kernels run, and the header compiles in any C++17 or
-// later dialect nvcc supports. The protocol itself (h1, h2, step, advance)
-// comes from abf/probe.hpp; this header only replaces the two 64-bit `%` by
-// probe::Reducer, which the tests prove equal to `%`.
+// later dialect nvcc supports. The protocol itself (digest -> h1, h2, then
+// first index, step, advance) comes from abf/probe.hpp and abf/siphash.hpp;
+// this header only replaces the two 64-bit `%` by probe::Reducer, which the
+// tests prove equal to `%`.
 #pragma once
 
 #include <cstdint>
@@ -34,37 +40,45 @@ namespace abf::cuda {
 // value. `words` holds bit_count / 64 words (bit i in word i / 64 at bit
 // i % 64) and must not change while a kernel reads it through this view
 // (reads go through the read-only data cache).
-struct DeviceFilterView {
+struct DeviceFilterView : probe::Scheme {
   const std::uint64_t* words = nullptr;
-  std::uint64_t bit_count = 0;   // m: a multiple of 64 in 64..2^30
-  std::uint32_t hash_count = 0;  // k: 1..32
-  probe::Reducer reducer{};      // exact `x mod m`, precomputed for this m
+  probe::Reducer reducer{};  // exact `x mod m`, precomputed for this m
 };
 
 // A writable filter in device memory: what the build kernel needs. Inserts
 // are atomic ORs, so any number of threads may insert at once, in any order,
 // and the bits come out the same.
-struct DeviceBuildView {
+struct DeviceBuildView : probe::Scheme {
   std::uint64_t* words = nullptr;
-  std::uint64_t bit_count = 0;
-  std::uint32_t hash_count = 0;
   probe::Reducer reducer{};
 };
 
 static_assert(std::is_trivially_copyable_v<DeviceFilterView>);
 static_assert(std::is_trivially_copyable_v<DeviceBuildView>);
 
-// A view over `words` (bit_count / 64 words of device memory). The layout
-// must be valid (m a multiple of 64 in 64..2^30, k in 1..32); this is not
-// checked here (DeviceFilter checks it). Computes the reducer constants: call
-// it once per filter on the host, not per digest.
+// A view over `words` (scheme.bit_count / 64 words of device memory). The
+// scheme must be valid (abf::Scheme::probe() gives one; DeviceFilter checks
+// its own); this is not checked here. Computes the reducer constants: call
+// it once per filter on the host, not per digest. Call it qualified,
+// cuda::make_view: argument-dependent lookup also finds probe::make_view,
+// which takes the same arguments and makes a host view.
+ABF_HD constexpr DeviceFilterView make_view(const std::uint64_t* words,
+                                            const probe::Scheme& scheme) {
+  return DeviceFilterView{scheme, words, probe::Reducer(scheme.bit_count)};
+}
+ABF_HD constexpr DeviceBuildView make_build_view(std::uint64_t* words,
+                                                 const probe::Scheme& scheme) {
+  return DeviceBuildView{scheme, words, probe::Reducer(scheme.bit_count)};
+}
+
+// Protocol 1 (unkeyed) views of layout (bit_count, hash_count).
 ABF_HD constexpr DeviceFilterView make_view(const std::uint64_t* words, std::uint64_t bit_count,
                                             std::uint32_t hash_count) {
-  return DeviceFilterView{words, bit_count, hash_count, probe::Reducer(bit_count)};
+  return cuda::make_view(words, probe::unkeyed_scheme(bit_count, hash_count));
 }
 ABF_HD constexpr DeviceBuildView make_build_view(std::uint64_t* words, std::uint64_t bit_count,
                                                  std::uint32_t hash_count) {
-  return DeviceBuildView{words, bit_count, hash_count, probe::Reducer(bit_count)};
+  return cuda::make_build_view(words, probe::unkeyed_scheme(bit_count, hash_count));
 }
 
 // Reverses the bytes of a 64-bit word: a little-endian load of d[0..8) made
@@ -80,6 +94,24 @@ ABF_HD constexpr std::uint64_t byte_swap64(std::uint64_t x) {
   x = ((x & 0x0000ffff0000ffffull) << 16) | ((x >> 16) & 0x0000ffff0000ffffull);
   return (x << 32) | (x >> 32);
 #endif
+}
+
+// --- Step 1 (digest -> h1, h2) from words already loaded ----------------------
+// w0..w3 are the digest's four little-endian 64-bit words, bytes 0..8 to
+// 24..32: what wide loads of a 16-byte aligned record yield. The build's own
+// kernels read an aligned record this way instead of byte by byte.
+
+// Protocol 1 reads only the first 16 bytes: their two big-endian words.
+ABF_HD constexpr probe::HashPair unkeyed_hashes_of_words(std::uint64_t w0, std::uint64_t w1) {
+  return probe::HashPair{byte_swap64(w0), byte_swap64(w1)};
+}
+
+// Protocol 2 hashes all 32 bytes: SipHash-2-4-128 under the view's key.
+ABF_HD constexpr probe::HashPair keyed_hashes_of_words(const probe::KeySchedule& key,
+                                                       std::uint64_t w0, std::uint64_t w1,
+                                                       std::uint64_t w2, std::uint64_t w3) {
+  const probe::Sip128 tag = probe::siphash24_128_digest(key, w0, w1, w2, w3);
+  return probe::HashPair{tag.lo, tag.hi};
 }
 
 namespace detail {
@@ -106,12 +138,14 @@ ABF_HD inline void or_word(std::uint64_t* p, std::uint64_t mask) {
 }
 }  // namespace detail
 
-// "Maybe" (true) iff all k bits of the digest whose first two big-endian
-// words are h1 and h2 are set; false is a proof of absence.
-ABF_HD inline bool might_contain(const DeviceFilterView& view, std::uint64_t h1, std::uint64_t h2) {
+// --- Query and insert ----------------------------------------------------------
+
+// "Maybe" (true) iff all k bits of the digest whose step-1 hashes (under
+// the view's protocol) are `hashes` are set; false is a proof of absence.
+ABF_HD inline bool might_contain(const DeviceFilterView& view, probe::HashPair hashes) {
   const std::uint64_t m = view.bit_count;
-  std::uint64_t i = view.reducer.reduce(h1);               // probe::first_index
-  const std::uint64_t step = view.reducer.reduce(h2 | 1);  // probe::step_of
+  std::uint64_t i = view.reducer.reduce(hashes.h1);               // probe::first_index
+  const std::uint64_t step = view.reducer.reduce(hashes.h2 | 1);  // probe::step_of
   for (std::uint32_t j = 0; j < view.hash_count; ++j) {
     if ((detail::load_word(view.words + probe::word_of(i)) & probe::mask_of(i)) == 0) return false;
     i = probe::advance(i, step, m);
@@ -119,26 +153,37 @@ ABF_HD inline bool might_contain(const DeviceFilterView& view, std::uint64_t h1,
   return true;
 }
 
-// The same for a 32-byte digest record at any address.
-ABF_HD inline bool might_contain(const DeviceFilterView& view, const std::uint8_t* digest) {
-  return might_contain(view, probe::h1_of(digest), probe::h2_of(digest));
+ABF_HD inline bool might_contain(const DeviceFilterView& view, std::uint64_t h1, std::uint64_t h2) {
+  return might_contain(view, probe::HashPair{h1, h2});
 }
 
-// Sets the k bits of the digest whose first two big-endian words are h1, h2.
+// The same for a 32-byte digest record at any address (byte loads), under
+// the view's protocol.
+ABF_HD inline bool might_contain(const DeviceFilterView& view, const std::uint8_t* digest) {
+  return might_contain(view, probe::hashes_of(view, digest));
+}
+
+// Sets the k bits of the digest whose step-1 hashes are `hashes`.
 template <bool kTestFirst = false>
-ABF_HD inline void insert(const DeviceBuildView& view, std::uint64_t h1, std::uint64_t h2) {
+ABF_HD inline void insert(const DeviceBuildView& view, probe::HashPair hashes) {
   const std::uint64_t m = view.bit_count;
-  std::uint64_t i = view.reducer.reduce(h1);
-  const std::uint64_t step = view.reducer.reduce(h2 | 1);
+  std::uint64_t i = view.reducer.reduce(hashes.h1);
+  const std::uint64_t step = view.reducer.reduce(hashes.h2 | 1);
   for (std::uint32_t j = 0; j < view.hash_count; ++j) {
     detail::or_word<kTestFirst>(view.words + probe::word_of(i), probe::mask_of(i));
     i = probe::advance(i, step, m);
   }
 }
 
-// The same for a 32-byte digest record at any address.
+template <bool kTestFirst = false>
+ABF_HD inline void insert(const DeviceBuildView& view, std::uint64_t h1, std::uint64_t h2) {
+  insert<kTestFirst>(view, probe::HashPair{h1, h2});
+}
+
+// The same for a 32-byte digest record at any address, under the view's
+// protocol.
 ABF_HD inline void insert(const DeviceBuildView& view, const std::uint8_t* digest) {
-  insert(view, probe::h1_of(digest), probe::h2_of(digest));
+  insert(view, probe::hashes_of(view, digest));
 }
 
 }  // namespace abf::cuda
