@@ -34,7 +34,11 @@ struct KeySchedule {
   std::uint64_t v2 = 0;
   std::uint64_t v3 = 0;
 
-  friend constexpr bool operator==(const KeySchedule&, const KeySchedule&) = default;
+  // Spelled out, not defaulted: this header is also compiled as C++17
+  // (a user's .cu file including abf/cuda/view.hpp).
+  friend constexpr bool operator==(const KeySchedule& a, const KeySchedule& b) {
+    return a.v0 == b.v0 && a.v1 == b.v1 && a.v2 == b.v2 && a.v3 == b.v3;
+  }
 };
 
 // Little-endian u64 of p[0..8).
