@@ -1,25 +1,33 @@
-// The CUDA backend on a device, bit for bit against the scalar reference:
-// the query kernel (device-resident digests, every k, several m, batch sizes
-// around the warp and huge ones, aligned and misaligned), the pipelined and
-// the async host paths, the build kernel, a user's own kernel calling the
-// device-side view, and the library's Backend::kCuda. Every case that needs
-// a device GTEST_SKIP()s with the reason when there is none; the error
-// mapping cases run everywhere.
+// The CUDA backend on a device, bit for bit against the scalar reference,
+// under both hash protocols: the query kernel (device-resident digests, every
+// k, several m, batch sizes around the warp and huge ones, aligned and
+// misaligned), the pipelined and the async host paths, the build kernel and
+// the golden builds, a user's own kernel calling the device-side view, the
+// engine's row (kCudaEngine) and the library's Backend::kCuda, with filters
+// queried from several threads at once. Every case that needs a device
+// GTEST_SKIP()s with the reason when there is none; the error mapping cases
+// run everywhere.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -96,6 +104,20 @@ Scheme unkeyed(std::uint64_t m, std::uint32_t k) {
   auto scheme = Scheme::unkeyed(Layout{m, k});
   EXPECT_TRUE(scheme.has_value()) << scheme.error().describe();
   return scheme.value_or(Scheme{});
+}
+
+Scheme keyed(std::uint64_t m, std::uint32_t k, const Key& key) {
+  auto scheme = Scheme::keyed(Layout{m, k}, key);
+  EXPECT_TRUE(scheme.has_value()) << scheme.error().describe();
+  return scheme.value_or(Scheme{});
+}
+
+// The keys of the keyed device runs: the golden key (vectors/v2) and all
+// 0xff.
+std::vector<Key> device_test_keys() {
+  std::array<std::uint8_t, Key::kSize> ones{};
+  ones.fill(0xff);
+  return {test::golden_key().key, Key::from_bytes(ones)};
 }
 
 // A host Filter of this scheme holding `members`, built by the scalar
@@ -560,6 +582,277 @@ TEST_F(CudaGpuTest, QueriesAndBuildsMatchScalarAfterTheCachesAreReleased) {
     EXPECT_TRUE(std::ranges::equal(built->words(), reference->words()));
     if (round == 1) release_cached_buffers();
   }
+}
+
+// --- Protocol 2 (keyed) -----------------------------------------------------------
+
+// Inserts `digests` with the device-resident build kernel, copied to device
+// memory at `byte_offset` past an aligned start (0: 128-bit loads; else byte
+// loads).
+void device_insert(cuda::DeviceFilter& filter, const std::vector<Digest>& digests,
+                   std::size_t byte_offset = 0) {
+  DeviceArray<std::uint8_t> in(digests.size() * sizeof(Digest), byte_offset);
+  ASSERT_NE(in.data, nullptr);
+  ABF_ASSERT_CUDA(cudaMemcpy(in.data + byte_offset, digests.data(), digests.size() * sizeof(Digest),
+                             cudaMemcpyHostToDevice));
+  ABF_ASSERT_OK(
+      filter.insert_device(reinterpret_cast<const Digest*>(in.data + byte_offset), digests.size()));
+}
+
+TEST_F(CudaGpuTest, KeyedQueryKernelMatchesScalarForEveryKAndSeveralM) {
+  const std::vector<std::uint64_t> ms = {64, 192, 64 * 1001, 333824, (std::uint64_t{1} << 20) + 64};
+  for (const Key& key : device_test_keys()) {
+    for (const std::uint64_t m : ms) {
+      for (std::uint32_t k = 1; k <= 32; ++k) {
+        const std::size_t members = std::max<std::size_t>(1, m * 7 / 10 / k);
+        expect_device_answers_match_scalar(
+            keyed(m, k, key), workload(m, std::min<std::size_t>(members, 20000), 1000, m + k),
+            /*misaligned=*/k % 8 == 1);
+      }
+    }
+  }
+  // The largest m, where an index needs all 30 bits.
+  const Key key = test::golden_key().key;
+  for (const std::uint32_t k : {1u, 7u, 32u}) {
+    const std::uint64_t m = std::uint64_t{1} << 30;
+    expect_device_answers_match_scalar(keyed(m, k, key), workload(m, 100000, 20000, k), true);
+  }
+}
+
+TEST_F(CudaGpuTest, KeyedBuildKernelIsBitExactWithScalarBuild) {
+  const std::vector<std::uint64_t> ms = {64, 192, 64 * 1001, 9592960};
+  for (const Key& key : device_test_keys()) {
+    for (const std::uint64_t m : ms) {
+      for (std::uint32_t k = 1; k <= 32; ++k) {
+        const Scheme scheme = keyed(m, k, key);
+        SCOPED_TRACE(scheme.describe());
+        std::vector<Digest> digests = adversarial_digests(m, 20000, m * 33 + k);
+        digests.insert(digests.end(), digests.begin(), digests.begin() + 100);  // duplicates
+        const std::vector<std::uint64_t> expected =
+            scalar_bits(scheme, digests.data(), digests.size());
+
+        for (const std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+          auto device = cuda::DeviceFilter::create(scheme);
+          ABF_ASSERT_OK(device);
+          device_insert(*device, digests, offset);
+          auto words = device->download();
+          ABF_ASSERT_OK(words);
+          ASSERT_EQ(*words, expected) << "insert_device, records " << offset << " bytes off";
+        }
+
+        auto piped = cuda::DeviceFilter::create(scheme);
+        ABF_ASSERT_OK(piped);
+        ABF_ASSERT_OK(piped->insert_host(digests));
+        auto words = piped->download();
+        ABF_ASSERT_OK(words);
+        ASSERT_EQ(*words, expected) << "insert_host";
+
+        std::vector<std::uint64_t> mixed = scalar_bits(scheme, digests.data(), 1000);
+        auto lane = cuda_engine_row().open_lane(scheme, mixed.data());
+        ABF_ASSERT_OK(lane);
+        ABF_ASSERT_OK((*lane)->insert(std::span(digests).subspan(1000)));
+        ABF_ASSERT_OK((*lane)->finish());
+        ASSERT_EQ(mixed, expected) << "the CUDA engine's build lane";
+      }
+    }
+  }
+}
+
+// vectors/v2/builds-v2.tsv on the device: the build kernel gives the pinned
+// payload, the library's CUDA build the same filter, and the CUDA query
+// exactly the pinned false positives among SHA-256("non-member:<i>").
+TEST_F(CudaGpuTest, KeyedBuildsReproduceTheGoldenBuildsOnTheDevice) {
+  const auto rows = test::read_tsv("vectors/v2/builds-v2.tsv");
+  ASSERT_FALSE(rows.empty());
+  std::vector<Digest> non_members;
+  for (std::uint64_t i = 0; i < 20000; ++i) non_members.push_back(test::non_member_digest(i));
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.size(), 9u);
+    auto key = Key::parse_hex(row[0]);
+    ASSERT_TRUE(key.has_value()) << row[0];
+    const std::uint64_t member_count = std::stoull(row[1]);
+    const BloomSpec spec{std::stoull(row[2]), test::parse_hex_float(row[3])};
+    const std::uint64_t m = std::stoull(row[4]);
+    const auto k = static_cast<std::uint32_t>(std::stoul(row[5]));
+    const std::string where = "key " + row[0] + ", " + row[1] + " members, m = " + row[4];
+    const std::vector<Digest> members = test::member_digests(member_count);
+
+    auto device = cuda::DeviceFilter::create(keyed(m, k, *key));
+    ABF_ASSERT_OK(device);
+    ABF_ASSERT_OK(device->insert_host(members));
+    auto words = device->download();
+    ABF_ASSERT_OK(words);
+    std::uint64_t popcount = 0;
+    for (const std::uint64_t word : *words)
+      popcount += static_cast<std::uint64_t>(__builtin_popcountll(word));
+    EXPECT_EQ(popcount, std::stoull(row[6])) << where;
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(words->data());
+    EXPECT_EQ(sha256(std::span<const std::uint8_t>(bytes, m / 8)).hex(), row[7]) << where;
+
+    BuildOptions options;
+    options.key = *key;
+    auto built = build_filter(members, spec, options, Backend::kCuda);
+    ABF_ASSERT_OK(built);
+    EXPECT_EQ(built->hash_protocol_version(), probe::kProtocolKeyed) << where;
+    EXPECT_EQ(built->bit_count(), m) << where;
+    EXPECT_EQ(sha256(built->payload()).hex(), row[7]) << where;
+
+    std::vector<Answer> answers(non_members.size(), Answer{0xee});
+    ABF_ASSERT_OK(built->query(non_members, answers, Backend::kCuda));
+    std::vector<std::uint64_t> false_positives;
+    for (std::size_t i = 0; i < answers.size(); ++i) {
+      if (answers[i] == Answer::kMaybe) false_positives.push_back(i);
+    }
+    EXPECT_EQ(false_positives, test::split_numbers(row[8])) << where;
+  }
+}
+
+// A keyed filter through every host path: the pipeline (pageable and
+// pinned), the async path, the engine and Filter::query(kCuda); its device
+// copy keeps the key.
+TEST_F(CudaGpuTest, KeyedFilterAnswersAsScalarThroughEveryHostPath) {
+  const std::uint64_t m = 64 * 4099;
+  const std::uint32_t k = 9;
+  const Scheme scheme = keyed(m, k, test::golden_key().key);
+  const Workload w = workload(m, 20000, 30000, 51);
+  const Filter filter = scalar_filter(scheme, w.members);
+  const std::vector<Answer> expected = scalar_answers(filter, w.queries);
+  const std::size_t n = w.queries.size();
+  ASSERT_GT(std::count(expected.begin(), expected.end(), Answer::kMaybe), 5000);
+
+  auto device = cuda::DeviceFilter::upload(filter);
+  ABF_ASSERT_OK(device);
+  EXPECT_TRUE(device->scheme().keyed());
+  EXPECT_EQ(device->scheme().key_fingerprint(), scheme.key_fingerprint());
+  EXPECT_EQ(device->view().protocol, probe::kProtocolKeyed);
+
+  std::vector<Answer> pageable(n, Answer{0xee});
+  ABF_ASSERT_OK(device->query_host(w.queries, pageable));
+  EXPECT_EQ(pageable, expected) << "host pipeline, pageable";
+
+  PinnedArray<Digest> pinned_in(n);
+  PinnedArray<Answer> pinned_out(n);
+  ASSERT_NE(pinned_in.data, nullptr);
+  ASSERT_NE(pinned_out.data, nullptr);
+  std::copy(w.queries.begin(), w.queries.end(), pinned_in.data);
+  ABF_ASSERT_OK(device->query_host(pinned_in.span(), pinned_out.span()));
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), pinned_out.data)) << "pinned";
+
+  std::fill(pinned_out.data, pinned_out.data + n, Answer{0xee});
+  cudaStream_t stream = nullptr;
+  ABF_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ABF_ASSERT_OK(device->query_host_async(pinned_in.span(), pinned_out.span(), stream));
+  ABF_ASSERT_CUDA(cudaStreamSynchronize(stream));
+  ABF_ASSERT_CUDA(cudaStreamDestroy(stream));
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), pinned_out.data)) << "async";
+
+  std::vector<Answer> engine(n, Answer{0xee});
+  ABF_ASSERT_OK(engine_query(filter, w.queries, engine));
+  EXPECT_EQ(engine, expected) << "kCudaEngine.query";
+  std::vector<Answer> library(n, Answer{0xee});
+  ABF_ASSERT_OK(filter.query(w.queries, library, Backend::kCuda));
+  EXPECT_EQ(library, expected) << "Filter::query(kCuda)";
+
+  // The same bits read unkeyed answer otherwise: the scheme, not only the
+  // bits, went to the device.
+  auto unkeyed_copy = cuda::DeviceFilter::from_words(filter.words(), Layout{m, k});
+  ABF_ASSERT_OK(unkeyed_copy);
+  EXPECT_NE(device_answers(*unkeyed_copy, w.queries), expected);
+}
+
+TEST_F(CudaGpuTest, AUsersKernelCanCallTheKeyedView) {
+  const std::uint64_t m = 333824;
+  const std::uint32_t k = 6;
+  const Workload w = workload(m, 40000, 50000, 61);
+  const Filter filter = scalar_filter(keyed(m, k, test::golden_key().key), w.members);
+  auto device = cuda::DeviceFilter::upload(filter);
+  ABF_ASSERT_OK(device);
+  const std::size_t n = w.queries.size();
+  DeviceArray<std::uint8_t> in(n * sizeof(Digest), 5);
+  DeviceArray<std::uint8_t> out(n);
+  ASSERT_NE(in.data, nullptr);
+  ASSERT_NE(out.data, nullptr);
+  ABF_ASSERT_CUDA(
+      cudaMemcpy(in.data + 5, w.queries.data(), n * sizeof(Digest), cudaMemcpyHostToDevice));
+  user_prefilter<<<64, 128>>>(device->view(), in.data + 5, n, out.data);
+  ABF_ASSERT_CUDA(cudaGetLastError());
+  ABF_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<Answer> answers(n);
+  ABF_ASSERT_CUDA(cudaMemcpy(answers.data(), out.data, n, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(answers, scalar_answers(filter, w.queries));
+}
+
+// The spare lane a build leaves is reused only by a build of the same
+// scheme: a keyed build after an unkeyed one of the same layout (and one
+// under another key) gets its own bits.
+TEST_F(CudaGpuTest, ASpareLaneServesOnlyItsOwnScheme) {
+  const auto members = test::member_digests(20000);
+  const BloomSpec spec{20000, 0.01};
+  const Key golden = test::golden_key().key;
+  const Key other = test::other_key().key;
+  const std::vector<std::optional<Key>> keys = {golden, std::nullopt, other, golden, std::nullopt};
+  for (const std::optional<Key>& key : keys) {
+    BuildOptions options;
+    options.key = key;
+    auto on_gpu = build_filter(members, spec, options, Backend::kCuda);
+    ABF_ASSERT_OK(on_gpu);
+    auto reference = build_filter(members, spec, options, Backend::kScalar);
+    ABF_ASSERT_OK(reference);
+    EXPECT_TRUE(on_gpu->scheme() == reference->scheme());
+    ASSERT_TRUE(std::ranges::equal(on_gpu->words(), reference->words()))
+        << reference->scheme().describe();
+  }
+}
+
+// Two filters (one keyed, one not, of different sizes) queried on the GPU
+// at once from their own threads, and two more threads querying copies of
+// the first: each filter's device copy and staging are its own (copies share
+// one), so every answer is exact.
+TEST_F(CudaGpuTest, FiltersAreQueriedOnTheGpuFromSeveralThreadsAtOnce) {
+  const Workload wa = workload(std::uint64_t{1} << 24, 200000, 0, 81);
+  const Workload wb = workload(64 * 100003, 100000, 0, 82);
+  const Filter a =
+      scalar_filter(keyed(std::uint64_t{1} << 24, 7, test::golden_key().key), wa.members);
+  const Filter b = scalar_filter(unkeyed(64 * 100003, 11), wb.members);
+  std::vector<Digest> queries = test::random_digests(std::size_t{2} << 20, 83);
+  for (std::size_t i = 0; i < wa.members.size(); ++i) queries[7 * i] = wa.members[i];
+  for (std::size_t i = 0; i < wb.members.size(); ++i) queries[7 * i + 3] = wb.members[i];
+  const std::vector<Answer> expected_a = scalar_answers(a, queries);
+  const std::vector<Answer> expected_b = scalar_answers(b, queries);
+  ASSERT_NE(expected_a, expected_b);
+
+  constexpr int kRounds = 6;
+  std::atomic<int> ready{0};
+  std::atomic<int> wrong{0};
+  std::atomic<int> failed{0};
+  std::string first_error;
+  std::mutex error_mutex;
+  auto run = [&](const Filter& filter, const std::vector<Answer>& expected) {
+    ready.fetch_add(1);
+    while (ready.load() < 4) std::this_thread::yield();  // start together
+    std::vector<Answer> answers(queries.size());
+    for (int round = 0; round < kRounds; ++round) {
+      std::fill(answers.begin(), answers.end(), Answer{0xee});
+      if (auto r = filter.query(queries, answers, Backend::kCuda); !r) {
+        failed.fetch_add(1);
+        const std::lock_guard lock(error_mutex);
+        if (first_error.empty()) first_error = r.error().describe();
+        return;
+      }
+      if (answers != expected) wrong.fetch_add(1);
+    }
+  };
+  const Filter a_copy = a;
+  std::thread ta(run, std::cref(a), std::cref(expected_a));
+  std::thread tb(run, std::cref(b), std::cref(expected_b));
+  std::thread tc(run, std::cref(a_copy), std::cref(expected_a));
+  std::thread td(run, std::cref(a), std::cref(expected_a));
+  ta.join();
+  tb.join();
+  tc.join();
+  td.join();
+  EXPECT_EQ(failed.load(), 0) << first_error;
+  EXPECT_EQ(wrong.load(), 0) << "rounds with an answer unlike the scalar reference's";
 }
 
 // --- Errors --------------------------------------------------------------------
