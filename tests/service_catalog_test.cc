@@ -1,5 +1,6 @@
 // SqliteCatalog: version semantics against the in-memory reference store,
-// transactions, open errors, and building a filter from a catalog version.
+// transactions, open errors, catalog ids and the upgrade from schema 1, and
+// building a filter from a catalog version.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,11 +25,7 @@ namespace fs = std::filesystem;
 
 class CatalogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "abf-catalog-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
+  void SetUp() override { dir_ = test::make_temp_dir("abf-catalog-test"); }
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -52,6 +50,12 @@ void exec_sql(const fs::path& db_path, const char* sql) {
       << (message ? message : "");
   sqlite3_free(message);
   sqlite3_close(db);
+}
+
+CatalogOpenOptions read_only() {
+  CatalogOpenOptions options;
+  options.read_only = true;
+  return options;
 }
 
 void expect_catalog_error(const Result<SqliteCatalog>& opened, std::string_view fragment) {
@@ -271,6 +275,145 @@ TEST_F(CatalogTest, LockedDatabaseIsAClearErrorAndChangesNothing) {
   EXPECT_EQ(catalog->add(digests)->version, 1u);
 }
 
+// ---- Catalog identity ----------------------------------------------------
+
+TEST_F(CatalogTest, NewCatalogGetsARandomIdThatStays) {
+  std::optional<CatalogId> first_id;
+  {
+    auto first = create("first.db");
+    first_id = first.catalog_id();
+    ASSERT_TRUE(first_id.has_value());
+    EXPECT_FALSE(first_id->is_zero());
+    auto stats = first.stats();
+    ASSERT_TRUE(stats.has_value());
+    EXPECT_EQ(stats->catalog_id, first_id);
+    const auto binding = first.catalog_binding();
+    ASSERT_TRUE(binding.has_value());
+    EXPECT_EQ(binding->id, *first_id);
+    EXPECT_NE(binding->name.find("first.db"), std::string::npos) << binding->name;
+  }
+  auto second = create("second.db");
+  ASSERT_TRUE(second.catalog_id().has_value());
+  EXPECT_NE(*second.catalog_id(), *first_id);
+  // Reopened, for writing or reading, it is the same id.
+  auto writer = SqliteCatalog::open(path("first.db"));
+  ASSERT_TRUE(writer.has_value()) << writer.error().describe();
+  EXPECT_EQ(writer->catalog_id(), first_id);
+  auto reader = SqliteCatalog::open(path("first.db"), read_only());
+  ASSERT_TRUE(reader.has_value()) << reader.error().describe();
+  EXPECT_EQ(reader->catalog_id(), first_id);
+}
+
+// Every row of `versions` and `artifacts`, as text, in key order.
+std::string dump_rows(const fs::path& db_path) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  std::string rows;
+  for (const char* sql :
+       {"SELECT version, operation, created_unix, added, removed FROM versions ORDER BY version",
+        "SELECT hex(digest), added_version, removed_version FROM artifacts "
+        "ORDER BY digest, added_version"}) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr), SQLITE_OK);
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      for (int c = 0; c < sqlite3_column_count(stmt); ++c) {
+        const auto* text = sqlite3_column_text(stmt, c);
+        rows += text != nullptr ? reinterpret_cast<const char*>(text) : "NULL";
+        rows += '\t';
+      }
+      rows += '\n';
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return rows;
+}
+
+TEST_F(CatalogTest, SchemaOneCatalogOpenedReadOnlyWorksWithoutAnId) {
+  test::create_schema_one_catalog(path("old.db"), 50);
+  const std::string before = test::read_file(path("old.db"));
+  {
+    auto catalog = SqliteCatalog::open(path("old.db"), read_only());
+    ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
+    EXPECT_FALSE(catalog->catalog_id().has_value());
+    EXPECT_EQ(*catalog->latest_version(), 1u);
+    EXPECT_EQ(*catalog->count_at_version(1), 50u);
+    EXPECT_TRUE(*catalog->exists_at_version(test::member_digest(7), 1));
+    auto stats = catalog->stats();
+    ASSERT_TRUE(stats.has_value());
+    EXPECT_EQ(stats->schema_version, 1);
+    EXPECT_FALSE(stats->catalog_id.has_value());
+    // Still bound: to no id, which no snapshot matches.
+    const auto binding = catalog->catalog_binding();
+    ASSERT_TRUE(binding.has_value());
+    EXPECT_TRUE(binding->id.is_zero());
+    // A snapshot built from it would belong to no catalog: refused.
+    auto filter =
+        build_filter_from_catalog(*catalog, 1, {.expected_item_count = 50, .target_fpp = 0.01});
+    ASSERT_FALSE(filter.has_value());
+    EXPECT_EQ(filter.error().code, ErrorCode::kCatalog);
+    EXPECT_NE(filter.error().message.find("no catalog id"), std::string::npos)
+        << filter.error().message;
+  }
+  EXPECT_EQ(test::read_file(path("old.db")), before);  // not a byte changed
+}
+
+TEST_F(CatalogTest, SchemaOneCatalogIsUpgradedByTheFirstWriter) {
+  test::create_schema_one_catalog(path("old.db"), 50);
+  const std::string rows_before = dump_rows(path("old.db"));
+  ASSERT_NE(rows_before.find("\tadd\t"), std::string::npos);
+  std::optional<CatalogId> id;
+  {
+    auto catalog = SqliteCatalog::open(path("old.db"));
+    ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
+    id = catalog->catalog_id();
+    ASSERT_TRUE(id.has_value());
+    EXPECT_FALSE(id->is_zero());
+    auto stats = catalog->stats();
+    ASSERT_TRUE(stats.has_value());
+    EXPECT_EQ(stats->schema_version, kCatalogSchemaVersion);
+    EXPECT_EQ(stats->latest_version, 1u);
+    EXPECT_EQ(stats->live_artifacts, 50u);
+  }
+  // Versions and rows untouched; the schema says 2, in the table and header.
+  EXPECT_EQ(dump_rows(path("old.db")), rows_before);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(path("old.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+              SQLITE_OK);
+    for (const char* sql : {"SELECT version FROM abf_schema", "PRAGMA user_version"}) {
+      sqlite3_stmt* stmt = nullptr;
+      ASSERT_EQ(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr), SQLITE_OK);
+      ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+      EXPECT_EQ(sqlite3_column_int64(stmt, 0), kCatalogSchemaVersion) << sql;
+      sqlite3_finalize(stmt);
+    }
+    sqlite3_close(db);
+  }
+  // The id stays, for readers and writers alike; the catalog works on.
+  auto reader = SqliteCatalog::open(path("old.db"), read_only());
+  ASSERT_TRUE(reader.has_value()) << reader.error().describe();
+  EXPECT_EQ(reader->catalog_id(), id);
+  auto writer = SqliteCatalog::open(path("old.db"));
+  ASSERT_TRUE(writer.has_value());
+  EXPECT_EQ(writer->catalog_id(), id);
+  const auto more = test::random_digests(5, 77);
+  EXPECT_EQ(writer->add(more)->version, 2u);
+  EXPECT_TRUE(*writer->exists_at_version(test::member_digest(3), 2));
+  auto filter =
+      build_filter_from_catalog(*writer, 2, {.expected_item_count = 100, .target_fpp = 0.01});
+  ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+  EXPECT_EQ(filter->catalog_id(), *id);
+}
+
+TEST_F(CatalogTest, DamagedCatalogIdIsAClearError) {
+  { auto catalog = create(); }
+  exec_sql(path("catalog.db"), "DELETE FROM abf_catalog;");
+  expect_catalog_error(SqliteCatalog::open(path("catalog.db")), "catalog id");
+  exec_sql(path("catalog.db"), "INSERT INTO abf_catalog VALUES (zeroblob(16));");
+  expect_catalog_error(SqliteCatalog::open(path("catalog.db")), "all zero");
+}
+
 TEST_F(CatalogTest, BuildsTheFilterOfAVersion) {
   auto catalog = create();
   const auto first = test::member_digests(500);
@@ -281,9 +424,14 @@ TEST_F(CatalogTest, BuildsTheFilterOfAVersion) {
   auto filter = build_filter_from_catalog(catalog, 1, spec);
   ASSERT_TRUE(filter.has_value()) << filter.error().describe();
   EXPECT_EQ(filter->catalog_version(), 1u);
+  EXPECT_EQ(filter->catalog_id(), *catalog.catalog_id());
+  EXPECT_EQ(filter->hash_protocol_version(), 1u);
   EXPECT_EQ(filter->inserted_item_count(), 500u);
-  // The same bytes as building from the digest list directly.
-  auto direct = build_filter(first, spec, 1);
+  // The same bytes as building from the digest list directly, with the
+  // catalog's id.
+  auto direct = build_filter(
+      first, spec,
+      BuildOptions{.catalog_version = 1, .catalog_id = *catalog.catalog_id(), .key = {}});
   ASSERT_TRUE(direct.has_value());
   EXPECT_TRUE(std::ranges::equal(filter->payload(), direct->payload()));
   EXPECT_EQ(encode_snapshot_header(*filter), encode_snapshot_header(*direct));
@@ -306,6 +454,28 @@ TEST_F(CatalogTest, BuildsTheFilterOfAVersion) {
   EXPECT_EQ(future.error().code, ErrorCode::kInvalidArgument);
 }
 
+TEST_F(CatalogTest, BuildsAKeyedFilterOfAVersion) {
+  auto catalog = create();
+  const auto members = test::member_digests(300);
+  ASSERT_TRUE(catalog.add(members).has_value());
+  const BloomSpec spec{.expected_item_count = 300, .target_fpp = 0.01};
+  const test::VectorKey key = test::golden_key();
+  auto keyed = build_filter_from_catalog(catalog, 1, spec, key.key);
+  ASSERT_TRUE(keyed.has_value()) << keyed.error().describe();
+  EXPECT_EQ(keyed->hash_protocol_version(), 2u);
+  EXPECT_EQ(keyed->scheme().key_fingerprint().hex(), key.fingerprint_hex);
+  EXPECT_EQ(keyed->catalog_id(), *catalog.catalog_id());
+  auto direct = build_filter(
+      members, spec,
+      BuildOptions{.catalog_version = 1, .catalog_id = *catalog.catalog_id(), .key = key.key});
+  ASSERT_TRUE(direct.has_value());
+  EXPECT_EQ(serialize_snapshot(*keyed), serialize_snapshot(*direct));
+  // Unkeyed, the bits go elsewhere.
+  auto unkeyed = build_filter_from_catalog(catalog, 1, spec, std::nullopt);
+  ASSERT_TRUE(unkeyed.has_value());
+  EXPECT_FALSE(std::ranges::equal(unkeyed->payload(), keyed->payload()));
+}
+
 // Removal rebuilds the filter from the catalog; no bit is ever cleared in
 // place. The rebuilt filter equals a fresh build of what remains.
 TEST_F(CatalogTest, RemovalRebuildsTheFilter) {
@@ -323,6 +493,7 @@ TEST_F(CatalogTest, RemovalRebuildsTheFilter) {
   std::ranges::sort(remaining);
   auto fresh = build_filter(remaining, spec, 2);
   ASSERT_TRUE(std::ranges::equal(after->payload(), fresh->payload()));
+  EXPECT_EQ(after->catalog_id(), before->catalog_id());
   EXPECT_EQ(after->inserted_item_count(), 200u);
   // The old filter is untouched: still Maybe for everything it held.
   EXPECT_TRUE(std::ranges::equal(before->words(), words_before));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,16 +37,35 @@ Filter filter_of(std::uint64_t version) {
   return std::move(*filter);
 }
 
+// The same, of catalog `id` (and keyed with `key`, if given).
+Filter filter_of(std::uint64_t version, const CatalogId& id,
+                 const std::optional<Key>& key = std::nullopt) {
+  auto filter = build_filter(members_of(version), {.expected_item_count = 64, .target_fpp = 0.01},
+                             BuildOptions{.catalog_version = version, .catalog_id = id, .key = key},
+                             Backend::kScalar);
+  EXPECT_TRUE(filter.has_value());
+  return std::move(*filter);
+}
+
+// Two distinct catalog ids, read from the golden file and derived from it.
+CatalogId ours() { return test::golden_catalog_id(); }
+CatalogId theirs() {
+  CatalogId id = test::golden_catalog_id();
+  id.bytes[0] ^= 0xff;
+  return id;
+}
+
 class PublisherTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "abf-publisher-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
+  void SetUp() override { dir_ = test::make_temp_dir("abf-publisher-test"); }
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
+  }
+  fs::path save(const Filter& filter, const std::string& name) {
+    const fs::path path = dir_ / name;
+    EXPECT_TRUE(save_snapshot(filter, path).has_value());
+    return path;
   }
   fs::path save(std::uint64_t version) {
     // (Built up step by step: GCC 12 warns -Wrestrict on "v" + to_string(...).)
@@ -134,6 +154,92 @@ TEST_F(PublisherTest, FailedLoadsKeepTheOldSnapshotServing) {
   EXPECT_EQ(publisher.load_failure_count(), 3u);
   EXPECT_EQ(metrics.get(Counter::kSnapshotLoadFailure), 3u);
   EXPECT_EQ(publisher.publish_count(), 1u);
+}
+
+TEST_F(PublisherTest, BoundPublisherRefusesASnapshotOfAnotherCatalog) {
+  Metrics metrics;
+  SnapshotPublisher publisher(&metrics, ours(), "catalog ours.db");
+  ASSERT_EQ(publisher.catalog_id(), ours());
+  ASSERT_TRUE(publisher.load_and_publish(save(filter_of(7, ours()), "ours.abf")).has_value());
+  const auto serving = publisher.current();
+
+  for (const bool from_file : {true, false}) {
+    SCOPED_TRACE(from_file ? "load_and_publish" : "publish");
+    auto refused = from_file
+                       ? publisher.load_and_publish(save(filter_of(8, theirs()), "theirs.abf"))
+                       : publisher.publish(filter_of(8, theirs()), "theirs in memory");
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_EQ(refused.error().code, ErrorCode::kCatalogMismatch);
+    // Both ids, and both names, in hex.
+    const std::string& message = refused.error().message;
+    EXPECT_NE(message.find(ours().hex()), std::string::npos) << message;
+    EXPECT_NE(message.find(theirs().hex()), std::string::npos) << message;
+    EXPECT_NE(message.find("ours.db"), std::string::npos) << message;
+    EXPECT_NE(message.find("theirs"), std::string::npos) << message;
+    EXPECT_EQ(publisher.current(), serving);  // the old snapshot keeps serving
+  }
+  EXPECT_EQ(publisher.load_failure_count(), 2u);
+  EXPECT_EQ(metrics.get(Counter::kSnapshotLoadFailure), 2u);
+  EXPECT_EQ(publisher.publish_count(), 1u);
+  // A newer snapshot of its own catalog is published as before.
+  ASSERT_TRUE(publisher.publish(filter_of(8, ours())).has_value());
+  EXPECT_EQ(publisher.current()->catalog_version(), 8u);
+}
+
+TEST_F(PublisherTest, BoundPublisherRefusesASnapshotOfNoCatalog) {
+  Metrics metrics;
+  SnapshotPublisher publisher(&metrics, ours(), "catalog ours.db");
+  // Built from files without a catalog id, or any formatVersion-1 file.
+  for (const fs::path& path : {save(7), test::data_path("vectors/member-1000.abf")}) {
+    SCOPED_TRACE(path.string());
+    auto refused = publisher.load_and_publish(path);
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_EQ(refused.error().code, ErrorCode::kCatalogMismatch);
+    EXPECT_NE(refused.error().message.find(ours().hex()), std::string::npos)
+        << refused.error().message;
+    EXPECT_NE(refused.error().message.find(CatalogId{}.hex()), std::string::npos)
+        << refused.error().message;
+  }
+  EXPECT_EQ(publisher.current(), nullptr);
+  EXPECT_EQ(publisher.load_failure_count(), 2u);
+  EXPECT_EQ(metrics.get(Counter::kSnapshotLoadFailure), 2u);
+}
+
+TEST_F(PublisherTest, UnboundPublisherPublishesAnyCatalog) {
+  SnapshotPublisher publisher;
+  EXPECT_FALSE(publisher.catalog_id().has_value());
+  EXPECT_TRUE(publisher.publish(filter_of(1, ours())).has_value());
+  EXPECT_TRUE(publisher.publish(filter_of(2, theirs())).has_value());
+  EXPECT_TRUE(publisher.publish(filter_of(3)).has_value());
+  EXPECT_EQ(publisher.load_failure_count(), 0u);
+}
+
+TEST_F(PublisherTest, KeyedSnapshotLoadsOnlyWithItsKey) {
+  Metrics metrics;
+  SnapshotPublisher publisher(&metrics, ours(), "catalog ours.db");
+  const test::VectorKey key = test::golden_key();
+  const fs::path keyed = save(filter_of(5, ours(), key.key), "keyed.abf");
+  auto without = publisher.load_and_publish(keyed);
+  ASSERT_FALSE(without.has_value());
+  EXPECT_EQ(without.error().code, ErrorCode::kKeyRequired);
+  LoadOptions other;
+  other.key = test::other_key().key;
+  auto wrong = publisher.load_and_publish(keyed, other);
+  ASSERT_FALSE(wrong.has_value());
+  EXPECT_EQ(wrong.error().code, ErrorCode::kKeyMismatch);
+  EXPECT_EQ(publisher.load_failure_count(), 2u);
+  EXPECT_EQ(publisher.current(), nullptr);
+  LoadOptions right;
+  right.key = key.key;
+  auto loaded = publisher.load_and_publish(keyed, right);
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
+  EXPECT_EQ((*loaded)->filter.hash_protocol_version(), 2u);
+  for (const Digest& digest : members_of(5)) EXPECT_TRUE((*loaded)->filter.might_contain(digest));
+  // The key never appears in an error.
+  for (const auto& error : {without.error(), wrong.error()}) {
+    EXPECT_EQ(error.message.find(key.hex), std::string::npos) << error.message;
+    EXPECT_EQ(error.message.find(test::other_key().hex), std::string::npos) << error.message;
+  }
 }
 
 // Many readers answer while a publisher swaps snapshots hundreds of times,

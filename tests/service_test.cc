@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -42,6 +44,21 @@ std::vector<Digest> mixed_queries(const std::vector<Digest>& universe, std::size
   std::mt19937_64 rng(seed);
   std::ranges::shuffle(queries, rng);
   return queries;
+}
+
+// A filter of `store` at `version`, of catalog `id`.
+Filter build_of_catalog(MemoryRepository& store, std::uint64_t version, const CatalogId& id) {
+  auto filter = build_filter(
+      store.digests_at_version(version), {.expected_item_count = 1000, .target_fpp = 0.01},
+      BuildOptions{.catalog_version = version, .catalog_id = id, .key = std::nullopt});
+  EXPECT_TRUE(filter.has_value()) << filter.error().describe();
+  return std::move(*filter);
+}
+
+CatalogId other_catalog_id() {
+  CatalogId id = test::golden_catalog_id();
+  id.bytes[15] ^= 0x5a;
+  return id;
 }
 
 // Random catalogs (adds and removes), random queries: the service's answers,
@@ -96,9 +113,7 @@ TEST(ServiceTest, AnswersEqualTheExactStoreWithAndWithoutTheFilter) {
 
 // The same through the SQLite catalog, with bulk_dedup.
 TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
-  std::string pattern = (fs::temp_directory_path() / "abf-service-test-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-  const fs::path dir = pattern;
+  const fs::path dir = test::make_temp_dir("abf-service-test");
   {
     auto catalog = SqliteCatalog::create(dir / "catalog.db");
     ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
@@ -197,6 +212,139 @@ TEST(ServiceTest, AnOlderSnapshotNeverAnswersAbsentForANewerVersion) {
   // The publisher refuses to go back to 42.
   EXPECT_FALSE(publisher.publish(build_at(store, 42, 1000, 0.001)).has_value());
   EXPECT_EQ(publisher.current()->catalog_version(), 44u);
+}
+
+// The reporter's case of issue 12 at the library level: a service whose
+// store names its catalog never answers with a snapshot of another one, for
+// the filter or for its version.
+TEST(ServiceTest, BoundServiceRefusesASnapshotOfAnotherCatalog) {
+  MemoryRepository store(test::golden_catalog_id());
+  const auto members = test::random_digests(300, 51);
+  ASSERT_EQ(store.add(members), 1u);
+  SnapshotPublisher publisher;  // unbound: the service alone must refuse
+  ASSERT_TRUE(publisher.publish(build_of_catalog(store, 1, other_catalog_id()), "foreign.abf"));
+  for (const bool use_filter : {true, false}) {
+    SCOPED_TRACE(use_filter ? "filter" : "exact only");
+    const ArtifactExistenceService service(publisher, store, nullptr, {.use_filter = use_filter});
+    ASSERT_TRUE(service.catalog_binding().has_value());
+    const auto expect_refused = [](const Error& error) {
+      EXPECT_EQ(error.code, ErrorCode::kCatalogMismatch);
+      EXPECT_NE(error.message.find(test::golden_catalog_id().hex()), std::string::npos)
+          << error.message;
+      EXPECT_NE(error.message.find(other_catalog_id().hex()), std::string::npos) << error.message;
+      EXPECT_NE(error.message.find("foreign.abf"), std::string::npos) << error.message;
+    };
+    auto single = service.exists(members[0]);
+    ASSERT_FALSE(single.has_value());
+    expect_refused(single.error());
+    auto text = service.exists(members[0].hex());
+    ASSERT_FALSE(text.has_value());
+    expect_refused(text.error());
+    auto batch_answers = std::make_unique<bool[]>(members.size());
+    auto batch = service.exists_batch(members, {batch_answers.get(), members.size()});
+    ASSERT_FALSE(batch.has_value());
+    expect_refused(batch.error());
+    if (use_filter) {
+      auto at_version = service.exists_at_version(members[0], 1);
+      ASSERT_FALSE(at_version.has_value());
+      expect_refused(at_version.error());
+    }
+    // A version the snapshot is not for uses no snapshot: the store answers.
+    auto other_version = service.exists_at_version(members[0], 2);
+    ASSERT_TRUE(other_version.has_value());
+    EXPECT_TRUE(other_version->exists);
+  }
+  // Its own catalog's snapshot answers as the store does.
+  ASSERT_TRUE(publisher.publish(build_of_catalog(store, 1, test::golden_catalog_id())));
+  const ArtifactExistenceService service(publisher, store);
+  EXPECT_TRUE(service.exists(members[0])->exists);
+  EXPECT_FALSE(service.exists(test::non_member_digest(1))->exists);
+}
+
+TEST(ServiceTest, BoundServiceRefusesASnapshotOfNoCatalog) {
+  MemoryRepository store(test::golden_catalog_id());
+  const auto members = test::random_digests(100, 52);
+  store.add(members);
+  SnapshotPublisher publisher;
+  ASSERT_TRUE(publisher.publish(build_of_catalog(store, 1, CatalogId{})));
+  const ArtifactExistenceService service(publisher, store);
+  auto answer = service.exists(members[0]);
+  ASSERT_FALSE(answer.has_value());
+  EXPECT_EQ(answer.error().code, ErrorCode::kCatalogMismatch);
+  EXPECT_NE(answer.error().message.find(CatalogId{}.hex()), std::string::npos)
+      << answer.error().message;
+  EXPECT_NE(answer.error().message.find(test::golden_catalog_id().hex()), std::string::npos)
+      << answer.error().message;
+}
+
+TEST(ServiceTest, UnboundStoreChecksNoCatalog) {
+  MemoryRepository store;  // names no catalog
+  EXPECT_FALSE(store.catalog_binding().has_value());
+  const auto members = test::random_digests(100, 53);
+  store.add(members);
+  SnapshotPublisher publisher;
+  ASSERT_TRUE(publisher.publish(build_of_catalog(store, 1, other_catalog_id())));
+  const ArtifactExistenceService service(publisher, store);
+  EXPECT_FALSE(service.catalog_binding().has_value());
+  EXPECT_TRUE(service.exists(members[0])->exists);
+}
+
+// bulk_dedup refuses a foreign snapshot before reading any input, so
+// nothing is ever emitted: no partial output.
+TEST(ServiceTest, BulkDedupRefusesAForeignSnapshotBeforeEmittingAnything) {
+  const fs::path dir = test::make_temp_dir("abf-service-test");
+  {
+    auto catalog = SqliteCatalog::create(dir / "catalog.db");
+    ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
+    const auto members = test::member_digests(1000);
+    ASSERT_TRUE(catalog->add(members).has_value());
+    // The reporter's snapshot: built from a file of other digests, version 1,
+    // no catalog id; then one of another catalog.
+    const auto others = test::random_digests(1000, 54);
+    for (const CatalogId& id : {CatalogId{}, other_catalog_id()}) {
+      SCOPED_TRACE(id.hex());
+      auto foreign = build_filter(others, {.expected_item_count = 5000, .target_fpp = 0.01},
+                                  BuildOptions{.catalog_version = 1, .catalog_id = id, .key = {}});
+      ASSERT_TRUE(foreign.has_value());
+      SnapshotPublisher publisher;
+      ASSERT_TRUE(publisher.publish(std::move(*foreign), "foreign.abf"));
+      const ArtifactExistenceService service(publisher, *catalog);
+      std::string bytes(members.size() * Digest::kSize, '\0');
+      std::memcpy(bytes.data(), members.data(), bytes.size());
+      auto reader = DigestReader::from_memory(bytes, InputFormat::kBinary);
+      std::size_t emitted = 0;
+      auto report = bulk_dedup(service, reader, [&](std::span<const Digest> part) -> Result<void> {
+        emitted += part.size();
+        return {};
+      });
+      ASSERT_FALSE(report.has_value());
+      EXPECT_EQ(report.error().code, ErrorCode::kCatalogMismatch);
+      EXPECT_NE(report.error().message.find(catalog->catalog_id()->hex()), std::string::npos)
+          << report.error().message;
+      EXPECT_NE(report.error().message.find(id.hex()), std::string::npos) << report.error().message;
+      EXPECT_EQ(emitted, 0u);
+      EXPECT_EQ(reader.bytes_read(), 0u);
+    }
+    // The catalog's own snapshot dedups exactly: every member is present.
+    auto own =
+        build_filter_from_catalog(*catalog, 1, {.expected_item_count = 5000, .target_fpp = 0.01});
+    ASSERT_TRUE(own.has_value());
+    SnapshotPublisher publisher;
+    ASSERT_TRUE(publisher.publish(std::move(*own)));
+    const ArtifactExistenceService service(publisher, *catalog);
+    std::string bytes(members.size() * Digest::kSize, '\0');
+    std::memcpy(bytes.data(), members.data(), bytes.size());
+    auto reader = DigestReader::from_memory(bytes, InputFormat::kBinary);
+    std::size_t emitted = 0;
+    auto report = bulk_dedup(service, reader, [&](std::span<const Digest> part) -> Result<void> {
+      emitted += part.size();
+      return {};
+    });
+    ASSERT_TRUE(report.has_value()) << report.error().describe();
+    EXPECT_EQ(emitted, 0u);
+    EXPECT_EQ(report->counts.present, members.size());
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ServiceTest, MalformedDigestIsAnErrorNeverAbsent) {

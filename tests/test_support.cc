@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -126,6 +127,60 @@ std::string read_file(const std::filesystem::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+std::filesystem::path write_private_file(const std::filesystem::path& path,
+                                         std::string_view contents) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    EXPECT_TRUE(out.good()) << "cannot write " << path;
+  }
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return path;
+}
+
+void create_schema_one_catalog(const std::filesystem::path& path, std::uint64_t count) {
+  std::string sql = R"sql(
+PRAGMA application_id = 1094862403;
+PRAGMA user_version = 1;
+BEGIN;
+CREATE TABLE abf_schema (version INTEGER NOT NULL);
+INSERT INTO abf_schema (version) VALUES (1);
+CREATE TABLE versions (
+  version INTEGER PRIMARY KEY,
+  operation TEXT NOT NULL,
+  created_unix INTEGER NOT NULL,
+  added INTEGER NOT NULL DEFAULT 0,
+  removed INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO versions (version, operation, created_unix) VALUES (0, 'init', strftime('%s', 'now'));
+CREATE TABLE artifacts (
+  digest BLOB NOT NULL CHECK (length(digest) = 32),
+  added_version INTEGER NOT NULL,
+  removed_version INTEGER,
+  PRIMARY KEY (digest, added_version)
+) WITHOUT ROWID;
+COMMIT;
+)sql";
+  if (count > 0) {
+    sql += "BEGIN;\n";
+    for (const Digest& digest : member_digests(count)) {
+      sql += "INSERT INTO artifacts (digest, added_version) VALUES (X'" + digest.hex() + "', 1);\n";
+    }
+    sql +=
+        "INSERT INTO versions (version, operation, created_unix, added, removed) VALUES (1, "
+        "'add', strftime('%s', 'now'), " +
+        std::to_string(count) + ", 0);\nCOMMIT;\n";
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK) << path;
+  char* message = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message), SQLITE_OK)
+      << (message != nullptr ? message : "");
+  sqlite3_free(message);
+  sqlite3_close(db);
 }
 
 std::vector<VectorKey> vector_keys() {

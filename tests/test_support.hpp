@@ -75,4 +75,14 @@ CliRun run_cli(const std::filesystem::path& directory, const std::string& argume
 // Whole file contents (empty if missing).
 std::string read_file(const std::filesystem::path& path);
 
+// Writes `contents` to `path` (replacing it) and makes it mode 0600, as a key
+// file must be; returns the path.
+std::filesystem::path write_private_file(const std::filesystem::path& path,
+                                         std::string_view contents);
+
+// A schema-1 catalog database exactly as the code before catalog ids made it
+// (its kCreateSchema), with member_digests(count) added as version 1 the way
+// its add did (count 0: just the empty version 0).
+void create_schema_one_catalog(const std::filesystem::path& path, std::uint64_t count);
+
 }  // namespace abf::test

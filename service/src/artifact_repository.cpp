@@ -74,4 +74,9 @@ Result<std::uint64_t> MemoryRepository::latest_version() {
   return version_;
 }
 
+std::optional<CatalogBinding> MemoryRepository::catalog_binding() const {
+  if (!id_) return std::nullopt;
+  return CatalogBinding{*id_, "memory catalog " + id_->hex()};
+}
+
 }  // namespace abf::service

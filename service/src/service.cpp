@@ -39,7 +39,16 @@ BatchCounts& BatchCounts::operator+=(const BatchCounts& other) noexcept {
 ArtifactExistenceService::ArtifactExistenceService(const SnapshotPublisher& publisher,
                                                    ArtifactRepository& repository, Metrics* metrics,
                                                    ServiceOptions options)
-    : publisher_(publisher), repository_(repository), metrics_(metrics), options_(options) {}
+    : publisher_(publisher),
+      repository_(repository),
+      metrics_(metrics),
+      options_(options),
+      binding_(repository.catalog_binding()) {}
+
+Result<void> ArtifactExistenceService::check_snapshot(const Snapshot& snapshot) const {
+  if (!binding_) return {};
+  return check_snapshot_catalog(snapshot.filter, snapshot.source, binding_->id, binding_->name);
+}
 
 Result<ExistenceAnswer> ArtifactExistenceService::ask_store(const Digest& digest,
                                                             std::uint64_t version) const {
@@ -54,6 +63,7 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists(const Digest& digest) c
   // together, whatever is published meanwhile.
   const auto snapshot = publisher_.current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
+  if (auto ok = check_snapshot(*snapshot); !ok) return std::unexpected(ok.error());
   return answer(digest, snapshot->catalog_version(),
                 options_.use_filter ? snapshot.get() : nullptr);
 }
@@ -76,6 +86,9 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists_at_version(
   // One reference for the whole query: a publish meanwhile does not change
   // the snapshot this answer is made with.
   const auto snapshot = options_.use_filter ? publisher_.current() : nullptr;
+  if (snapshot != nullptr && snapshot->catalog_version() == catalog_version) {
+    if (auto ok = check_snapshot(*snapshot); !ok) return std::unexpected(ok.error());
+  }
   return answer(digest, catalog_version, snapshot.get());
 }
 
@@ -126,6 +139,7 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
                                                  std::to_string(exists.size()) + " entries for " +
                                                  std::to_string(digests.size()) + " digests");
   }
+  if (auto ok = check_snapshot(snapshot); !ok) return std::unexpected(ok.error());
   const std::uint64_t version = snapshot.catalog_version();
   BatchCounts counts;
   counts.total = digests.size();
@@ -195,6 +209,7 @@ Result<DedupReport> bulk_dedup(
   // Pinned: every batch of the job answers at this one version.
   const auto snapshot = service.publisher().current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
+  if (auto ok = service.check_snapshot(*snapshot); !ok) return std::unexpected(ok.error());
   DedupReport report;
   report.catalog_version = snapshot->catalog_version();
   std::vector<Digest> batch(batch_size);

@@ -9,7 +9,28 @@
 
 namespace abf::service {
 
+Result<void> check_snapshot_catalog(const Filter& filter, std::string_view source,
+                                    const CatalogId& expected, std::string_view catalog) {
+  const CatalogId& actual = filter.catalog_id();
+  if (!actual.is_zero() && actual == expected) return {};
+  const std::string named = "snapshot " + std::string(source);
+  const std::string theirs = std::string(catalog) + " (catalogId " + expected.hex() + ")";
+  if (actual.is_zero()) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " names no catalog (catalogId " + actual.hex() +
+                    "), so it cannot answer for " + theirs +
+                    "; build it from the catalog (abf build --from-catalog); refused");
+  }
+  return fail(ErrorCode::kCatalogMismatch,
+              named + " is of catalog " + actual.hex() + ", not of " + theirs +
+                  ": its absent answers would be wrong there; refused");
+}
+
 SnapshotPublisher::SnapshotPublisher(Metrics* metrics) : metrics_(metrics) {}
+
+SnapshotPublisher::SnapshotPublisher(Metrics* metrics, const CatalogId& catalog_id,
+                                     std::string catalog_name)
+    : metrics_(metrics), catalog_id_(catalog_id), catalog_name_(std::move(catalog_name)) {}
 
 SnapshotPublisher::~SnapshotPublisher() = default;
 
@@ -38,8 +59,15 @@ void SnapshotPublisher::count_failure() noexcept {
 
 Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::load_and_publish(
     const std::filesystem::path& path, LoadMode mode) {
+  LoadOptions options;
+  options.mode = mode;
+  return load_and_publish(path, options);
+}
+
+Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::load_and_publish(
+    const std::filesystem::path& path, const LoadOptions& options) {
   // Load and verify outside the publish lock: it is the slow part.
-  auto filter = load_snapshot(path, mode);
+  auto filter = load_snapshot(path, options);
   if (!filter) {
     count_failure();
     return std::unexpected(filter.error());
@@ -60,6 +88,12 @@ Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(Filter
   const unsigned new_index = 1 - old_index;
   Slot& old_slot = slots_[old_index];
   Slot& new_slot = slots_[new_index];
+  if (catalog_id_) {
+    if (auto bound = check_snapshot_catalog(filter, source, *catalog_id_, catalog_name_); !bound) {
+      count_failure();
+      return std::unexpected(bound.error());
+    }
+  }
   if (old_slot.snapshot != nullptr &&
       filter.catalog_version() < old_slot.snapshot->catalog_version()) {
     count_failure();

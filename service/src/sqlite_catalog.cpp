@@ -26,12 +26,15 @@ constexpr std::size_t kChunk = 65536;
 // walking the B-tree in key order keeps its pages hot in the CPU caches.
 constexpr std::size_t kSortThreshold = 64;
 
+// Schema 2; the catalog id is appended as the last statement's blob literal
+// (create_schema_sql).
+static_assert(kCatalogSchemaVersion == 2, "the SQL below writes schema version 2");
 constexpr std::string_view kCreateSchema = R"sql(
 PRAGMA application_id = 1094862403;
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
 BEGIN;
 CREATE TABLE abf_schema (version INTEGER NOT NULL);
-INSERT INTO abf_schema (version) VALUES (1);
+INSERT INTO abf_schema (version) VALUES (2);
 CREATE TABLE versions (
   version INTEGER PRIMARY KEY,
   operation TEXT NOT NULL,
@@ -46,8 +49,21 @@ CREATE TABLE artifacts (
   removed_version INTEGER,
   PRIMARY KEY (digest, added_version)
 ) WITHOUT ROWID;
-COMMIT;
 )sql";
+// Shared by create (schema 2) and the upgrade from schema 1.
+constexpr std::string_view kCreateCatalogTable =
+    "CREATE TABLE abf_catalog (catalog_id BLOB NOT NULL CHECK (length(catalog_id) = 16));\n";
+
+// The schema of a new catalog whose id is `id`, in one transaction.
+std::string create_schema_sql(const CatalogId& id) {
+  std::string sql(kCreateSchema);
+  sql += kCreateCatalogTable;
+  sql += "INSERT INTO abf_catalog (catalog_id) VALUES (X'" + id.hex() + "');\nCOMMIT;\n";
+  return sql;
+}
+
+// The schema version before catalog ids; opened, and upgraded by writers.
+constexpr std::int64_t kSchemaWithoutCatalogId = 1;
 static_assert(kApplicationId == 1094862403);
 
 constexpr const char* kExistsSql =
@@ -96,12 +112,67 @@ Error catalog_error(const std::filesystem::path& path, std::string_view what, sq
 
 std::string version_text(std::uint64_t version) { return std::to_string(version); }
 
+// The one schema version of the database, read inside the caller's
+// transaction, if any.
+Result<std::int64_t> read_schema_version(sqlite3* db, const std::filesystem::path& path) {
+  sqlite3_stmt* raw = nullptr;
+  const int rc = sqlite3_prepare_v2(db, "SELECT version FROM abf_schema", -1, &raw, nullptr);
+  Stmt stmt(raw);
+  if (rc != SQLITE_OK) {
+    if ((rc & 0xff) == SQLITE_ERROR) {
+      return fail(ErrorCode::kCatalog,
+                  "catalog " + path.string() + ": not an abf catalog (no abf_schema table)");
+    }
+    return std::unexpected(catalog_error(path, "reading the schema version", db, rc));
+  }
+  const int step = sqlite3_step(stmt.get());
+  if (step != SQLITE_ROW) {
+    if (step == SQLITE_DONE) {
+      return fail(ErrorCode::kCatalog,
+                  "catalog " + path.string() + ": not an abf catalog (empty abf_schema table)");
+    }
+    return std::unexpected(catalog_error(path, "reading the schema version", db, step));
+  }
+  return sqlite3_column_int64(stmt.get(), 0);
+}
+
+// The id a schema-2 catalog keeps in abf_catalog.
+Result<CatalogId> read_catalog_id(sqlite3* db, const std::filesystem::path& path) {
+  sqlite3_stmt* raw = nullptr;
+  const int rc = sqlite3_prepare_v2(db, "SELECT catalog_id FROM abf_catalog", -1, &raw, nullptr);
+  Stmt stmt(raw);
+  if (rc != SQLITE_OK)
+    return std::unexpected(catalog_error(path, "reading the catalog id", db, rc));
+  const int step = sqlite3_step(stmt.get());
+  if (step != SQLITE_ROW && step != SQLITE_DONE) {
+    return std::unexpected(catalog_error(path, "reading the catalog id", db, step));
+  }
+  CatalogId id;
+  const void* blob = step == SQLITE_ROW ? sqlite3_column_blob(stmt.get(), 0) : nullptr;
+  const bool sized =
+      blob != nullptr && sqlite3_column_bytes(stmt.get(), 0) == static_cast<int>(id.bytes.size());
+  // Copied before the next step, which frees the blob.
+  if (sized) std::memcpy(id.bytes.data(), blob, id.bytes.size());
+  if (!sized || sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                         ": damaged: abf_catalog must hold exactly one 16-byte "
+                                         "catalog id");
+  }
+  if (id.is_zero()) {
+    return fail(ErrorCode::kCatalog,
+                "catalog " + path.string() + ": damaged: its catalog id is all zero");
+  }
+  return id;
+}
+
 }  // namespace
 
 struct SqliteCatalog::State {
   std::filesystem::path path;
   CatalogOpenOptions options;
   Db db;
+  std::int64_t schema = kCatalogSchemaVersion;
+  std::optional<CatalogId> catalog_id;  // none: schema 1, opened read-only
   std::mutex mutex;
   Stmt exists;
   Stmt live;
@@ -157,6 +228,37 @@ struct SqliteCatalog::State {
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
     return std::unexpected(error("looking up " + digest.hex(), rc));
+  }
+
+  // Schema 1 -> 2: a new random catalog id, in one write transaction that
+  // first re-reads the schema version (another writer may have upgraded the
+  // catalog meanwhile; then its id stands). Versions and artifacts are not
+  // touched.
+  Result<void> upgrade_to_catalog_ids() {
+    auto id = CatalogId::generate();
+    if (!id) return std::unexpected(id.error());
+    if (auto begun = exec("BEGIN IMMEDIATE", "starting the upgrade to schema 2"); !begun)
+      return begun;
+    auto result = [&]() -> Result<void> {
+      auto schema_now = read_schema_version(db.get(), path);
+      if (!schema_now) return std::unexpected(schema_now.error());
+      if (*schema_now != kSchemaWithoutCatalogId) return {};
+      std::string sql(kCreateCatalogTable);
+      sql += "INSERT INTO abf_catalog (catalog_id) VALUES (X'" + id->hex() +
+             "');\n"
+             "UPDATE abf_schema SET version = 2;\n"
+             "PRAGMA user_version = 2;\n";
+      return exec(sql.c_str(), "upgrading to schema 2 (adding the catalog id)");
+    }();
+    if (!result) {
+      rollback();
+      return result;
+    }
+    if (auto done = exec("COMMIT", "committing the upgrade to schema 2"); !done) {
+      rollback();
+      return done;
+    }
+    return {};
   }
 
   // The body of add/remove: one write transaction, one new version.
@@ -242,6 +344,17 @@ SqliteCatalog::~SqliteCatalog() = default;
 
 const std::filesystem::path& SqliteCatalog::path() const noexcept { return state_->path; }
 
+const std::optional<CatalogId>& SqliteCatalog::catalog_id() const noexcept {
+  return state_->catalog_id;
+}
+
+std::optional<CatalogBinding> SqliteCatalog::catalog_binding() const {
+  if (state_->catalog_id) return CatalogBinding{*state_->catalog_id, "catalog " + path().string()};
+  return CatalogBinding{CatalogId{}, "catalog " + path().string() +
+                                         " (schema 1, opened read-only: no catalog id yet; "
+                                         "`abf catalog upgrade` gives it one)"};
+}
+
 Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
@@ -251,6 +364,8 @@ Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
   // Build the catalog under a temporary name, then link it into place: a
   // failed init leaves no half-made catalog, and an existing file is never
   // replaced (link fails if the name exists).
+  auto id = CatalogId::generate();
+  if (!id) return std::unexpected(id.error());
   static std::atomic<unsigned> counter{0};
   std::filesystem::path temp = path;
   temp += ".init-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
@@ -264,7 +379,7 @@ Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
       std::filesystem::remove(temp, ec);
       return std::unexpected(catalog_error(path, "creating the database", db.get(), rc));
     }
-    const std::string sql(kCreateSchema);
+    const std::string sql = create_schema_sql(*id);
     const int exec_rc = sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, nullptr);
     if (exec_rc != SQLITE_OK) {
       Error error = catalog_error(path, "creating the schema", db.get(), exec_rc);
@@ -329,33 +444,24 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
                       std::to_string(id) + ", expected " + std::to_string(kApplicationId) + ")");
     }
   }
-  {
-    sqlite3_stmt* raw = nullptr;
-    const int rc = sqlite3_prepare_v2(db, "SELECT version FROM abf_schema", -1, &raw, nullptr);
-    Stmt stmt(raw);
-    if (rc != SQLITE_OK) {
-      if ((rc & 0xff) == SQLITE_ERROR) {
-        return fail(ErrorCode::kCatalog,
-                    "catalog " + path.string() + ": not an abf catalog (no abf_schema table)");
-      }
-      return std::unexpected(state->error("reading the schema version", rc));
-    }
-    const int step = sqlite3_step(stmt.get());
-    if (step != SQLITE_ROW) {
-      if (step == SQLITE_DONE) {
-        return fail(ErrorCode::kCatalog,
-                    "catalog " + path.string() + ": not an abf catalog (empty abf_schema table)");
-      }
-      return std::unexpected(state->error("reading the schema version", step));
-    }
-    const auto schema = sqlite3_column_int64(stmt.get(), 0);
-    if (schema != kCatalogSchemaVersion) {
-      return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": schema version " +
-                                           std::to_string(schema) +
-                                           ", but this abf reads schema version " +
-                                           std::to_string(kCatalogSchemaVersion));
-    }
+  auto schema = read_schema_version(db, path);
+  if (!schema) return std::unexpected(schema.error());
+  if (*schema == kSchemaWithoutCatalogId && !options.read_only) {
+    auto upgraded = state->upgrade_to_catalog_ids();
+    if (!upgraded) return std::unexpected(upgraded.error());
+    schema = kCatalogSchemaVersion;
   }
+  if (*schema == kCatalogSchemaVersion) {
+    auto id = read_catalog_id(db, path);
+    if (!id) return std::unexpected(id.error());
+    state->catalog_id = *id;
+  } else if (*schema != kSchemaWithoutCatalogId) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": schema version " +
+                                         std::to_string(*schema) +
+                                         ", but this abf reads schema versions 1 and " +
+                                         std::to_string(kCatalogSchemaVersion));
+  }
+  state->schema = *schema;
   const std::string cache =
       "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
   if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok)
@@ -528,7 +634,8 @@ Result<std::uint64_t> SqliteCatalog::count_at_version(std::uint64_t catalog_vers
 Result<CatalogStats> SqliteCatalog::stats() {
   const std::lock_guard lock(state_->mutex);
   CatalogStats stats;
-  stats.schema_version = kCatalogSchemaVersion;
+  stats.schema_version = state_->schema;
+  stats.catalog_id = state_->catalog_id;
   if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
     return std::unexpected(begun.error());
   }
@@ -563,9 +670,21 @@ Result<CatalogStats> SqliteCatalog::stats() {
 }
 
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
-                                         const BloomSpec& spec, Backend backend) {
-  auto builder = FilterBuilder::create(spec, catalog_version);
+                                         const BloomSpec& spec, const std::optional<Key>& key,
+                                         Backend backend) {
+  BuildOptions options;
+  options.catalog_version = catalog_version;
+  options.catalog_id = catalog.catalog_id().value_or(CatalogId{});
+  options.key = key;
+  auto builder = FilterBuilder::create(spec, options);
   if (!builder) return std::unexpected(builder.error());
+  if (!catalog.catalog_id()) {
+    return fail(ErrorCode::kCatalog,
+                "catalog " + catalog.path().string() +
+                    ": schema 1, opened read-only, has no catalog id yet, so its snapshot would "
+                    "belong to no catalog; run `abf catalog upgrade --db " +
+                    catalog.path().string() + "` first");
+  }
   auto count = catalog.count_at_version(catalog_version);
   if (!count) return std::unexpected(count.error());
   if (*count > spec.expected_item_count) {
@@ -579,6 +698,11 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
       catalog_version, [&](std::span<const Digest> chunk) { return builder->add(chunk, backend); });
   if (!walked) return std::unexpected(walked.error());
   return std::move(*builder).finish();
+}
+
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, Backend backend) {
+  return build_filter_from_catalog(catalog, catalog_version, spec, std::nullopt, backend);
 }
 
 }  // namespace abf::service

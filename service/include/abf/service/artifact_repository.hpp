@@ -6,13 +6,27 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
+#include "abf/scheme.hpp"
 
 namespace abf::service {
+
+// The catalog a store holds, as the snapshots used with it must name it
+// (PROTOCOL.md section 8): a snapshot of another catalog would turn its
+// `absent` answers into wrong answers.
+struct CatalogBinding {
+  // The catalog's id. Zero for a catalog that has no id yet: no snapshot
+  // matches it (a snapshot's zero catalogId means "of no catalog").
+  CatalogId id;
+  // Names the catalog in error messages ("catalog /srv/catalog.db").
+  std::string name;
+};
 
 // The exact store interface. Catalog versions are integers that grow by one
 // with every change; version 0 is the empty catalog. An artifact exists at
@@ -35,6 +49,13 @@ class ArtifactRepository {
 
   // The newest catalog version the store knows.
   virtual Result<std::uint64_t> latest_version() = 0;
+
+  // The catalog this store holds, when it names one. An
+  // ArtifactExistenceService over a store that names one uses only
+  // snapshots of that catalog (check_snapshot_catalog). None (the default):
+  // the store names no catalog, and snapshots are not checked; a store that
+  // can hold more than one catalog should override this.
+  virtual std::optional<CatalogBinding> catalog_binding() const { return std::nullopt; }
 };
 
 // An exact store held in memory, with the same version semantics as the
@@ -42,6 +63,11 @@ class ArtifactRepository {
 // stand-in for embedding. Thread-safe (one mutex; not meant to be fast).
 class MemoryRepository final : public ArtifactRepository {
  public:
+  // A store that names no catalog (snapshots used with it are not checked).
+  MemoryRepository() = default;
+  // A store bound to catalog `id`, as a SqliteCatalog is to its own.
+  explicit MemoryRepository(const CatalogId& id) : id_(id) {}
+
   // Adds the digests as one new version (those already present are left as
   // they are) and returns that version.
   std::uint64_t add(std::span<const Digest> digests);
@@ -55,6 +81,8 @@ class MemoryRepository final : public ArtifactRepository {
   Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
                                  std::span<bool> exists) override;
   Result<std::uint64_t> latest_version() override;
+  // {id, "memory catalog <id>"} when constructed with an id; none otherwise.
+  std::optional<CatalogBinding> catalog_binding() const override;
 
  private:
   // One lifetime of a digest in the catalog: [added, removed).
@@ -64,6 +92,7 @@ class MemoryRepository final : public ArtifactRepository {
   };
   bool exists_locked(const Digest& digest, std::uint64_t catalog_version) const;
 
+  std::optional<CatalogId> id_;
   mutable std::mutex mutex_;
   std::uint64_t version_ = 0;
   std::map<Digest, std::vector<Interval>> intervals_;

@@ -3,10 +3,17 @@
 // only a `Maybe` costs an exact lookup, made at the snapshot's catalog
 // version. Every answer equals the exact store's answer at that version.
 //
+// A service over a store that names its catalog (ArtifactRepository::
+// catalog_binding(); a SqliteCatalog always does) answers only with
+// snapshots of that catalog: any other, or one that names no catalog, is
+// refused with kCatalogMismatch (PROTOCOL.md section 8). Binding the
+// publisher too keeps such a snapshot from ever being served:
+//
 //   abf::service::Metrics metrics;
-//   abf::service::SnapshotPublisher publisher(&metrics);
-//   publisher.load_and_publish("catalog-42.abf");
 //   auto catalog = abf::service::SqliteCatalog::open("catalog.db");
+//   auto binding = catalog->catalog_binding();
+//   abf::service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
+//   publisher.load_and_publish("catalog-42.abf");  // kCatalogMismatch if of another catalog
 //   abf::service::ArtifactExistenceService service(publisher, *catalog, &metrics);
 //   auto answer = service.exists("sha256:9f86d0...");   // Result<ExistenceAnswer>
 #pragma once
@@ -15,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -65,14 +73,22 @@ struct BatchCounts {
 
 // Thread-safe: any number of threads may query at once. The publisher, the
 // repository and the metrics must outlive the service.
+//
+// The catalog rule: when the repository names its catalog (read once, at
+// construction), every call that uses a snapshot, for its filter or for its
+// catalog version, first checks it with check_snapshot() and answers
+// kCatalogMismatch, never an answer, for a snapshot of another catalog or of
+// none. Calls that use no snapshot (exists_at_version of another version, or
+// with the filter disabled) just ask the store.
 class ArtifactExistenceService {
  public:
   ArtifactExistenceService(const SnapshotPublisher& publisher, ArtifactRepository& repository,
                            Metrics* metrics = nullptr, ServiceOptions options = {});
 
   // Whether `digest` exists at the serving snapshot's catalog version.
-  // kInvalidArgument if no snapshot has been published; store errors as the
-  // store reports them (kCatalog).
+  // kInvalidArgument if no snapshot has been published; kCatalogMismatch for
+  // a snapshot of another catalog; store errors as the store reports them
+  // (kCatalog).
   Result<ExistenceAnswer> exists(const Digest& digest) const;
 
   // The same for a digest as text: 64 hex digits, optionally "sha256:"
@@ -98,8 +114,15 @@ class ArtifactExistenceService {
   Result<BatchCounts> exists_batch(std::span<const Digest> digests, std::span<bool> exists,
                                    const Snapshot& snapshot) const;
 
+  // Whether this service may answer with `snapshot`: always when the
+  // repository names no catalog; otherwise check_snapshot_catalog against
+  // the repository's (kCatalogMismatch naming both ids).
+  Result<void> check_snapshot(const Snapshot& snapshot) const;
+
   const ServiceOptions& options() const noexcept { return options_; }
   const SnapshotPublisher& publisher() const noexcept { return publisher_; }
+  // The repository's catalog, as read at construction; none when unbound.
+  const std::optional<CatalogBinding>& catalog_binding() const noexcept { return binding_; }
 
  private:
   Result<ExistenceAnswer> ask_store(const Digest& digest, std::uint64_t version) const;
@@ -111,6 +134,7 @@ class ArtifactExistenceService {
   ArtifactRepository& repository_;
   Metrics* metrics_;
   ServiceOptions options_;
+  std::optional<CatalogBinding> binding_;
 };
 
 // The result of a bulk dedup job.
@@ -124,8 +148,9 @@ struct DedupReport {
 // `batch_size`, all at the version of the snapshot serving when it starts
 // (pinned for the whole job), and hands `emit_absent` the digests that are
 // not in the catalog, in input order. kInvalidArgument without a snapshot;
-// input errors (kInvalidDigest with line or offset) and errors returned by
-// `emit_absent` stop the job and are returned as they are.
+// kCatalogMismatch, before any input is read, for a snapshot the service
+// refuses (check_snapshot); input errors (kInvalidDigest with line or offset) and errors returned
+// by `emit_absent` stop the job and are returned as they are.
 Result<DedupReport> bulk_dedup(
     const ArtifactExistenceService& service, DigestReader& input,
     const std::function<Result<void>(std::span<const Digest>)>& emit_absent,

@@ -2,6 +2,9 @@
 // then swap the serving reference atomically. Readers never lock: a reader
 // takes a reference to the current snapshot and keeps using that one
 // snapshot for as long as it holds it, whatever is published meanwhile.
+//
+// A publisher may be bound to one catalog: it then publishes only snapshots
+// whose catalogId is that catalog's (check_snapshot_catalog).
 #pragma once
 
 #include <array>
@@ -11,10 +14,13 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
+#include "abf/scheme.hpp"
 #include "abf/snapshot.hpp"
 
 namespace abf::service {
@@ -29,7 +35,18 @@ struct Snapshot {
   std::chrono::steady_clock::time_point published_at{};
 
   std::uint64_t catalog_version() const noexcept { return filter.catalog_version(); }
+  const CatalogId& catalog_id() const noexcept { return filter.catalog_id(); }
 };
+
+// Whether a snapshot (`filter`, read from `source`) may answer for the
+// catalog `expected`, named `catalog` in messages: only when its catalogId is
+// `expected` and not zero. A zero catalogId (a snapshot built from files
+// without --catalog-id, or any formatVersion-1 file) belongs to no catalog.
+// kCatalogMismatch otherwise, with a message naming both ids in hex, e.g.
+//   "snapshot foreign.abf is of catalog 1f..., not of catalog c.db (5f...):
+//    its absent answers would be wrong there; refused"
+Result<void> check_snapshot_catalog(const Filter& filter, std::string_view source,
+                                    const CatalogId& expected, std::string_view catalog);
 
 // Holds the serving snapshot. Any number of threads may call current() while
 // one or more threads publish; publishing calls are serialized among
@@ -49,8 +66,14 @@ struct Snapshot {
 class SnapshotPublisher {
  public:
   // `metrics` (optional, must outlive the publisher) counts publishes and
-  // load failures.
+  // load failures. Unbound: any verified snapshot is published.
   explicit SnapshotPublisher(Metrics* metrics = nullptr);
+  // Bound to the catalog `catalog_id` (named `catalog_name` in messages, e.g.
+  // "catalog /srv/c.db"): every publish first checks the snapshot with
+  // check_snapshot_catalog, and a refusal (kCatalogMismatch) counts as a
+  // load failure and keeps the serving snapshot. Binding to a zero id
+  // refuses every snapshot (a catalog without an id yet).
+  SnapshotPublisher(Metrics* metrics, const CatalogId& catalog_id, std::string catalog_name);
   SnapshotPublisher(const SnapshotPublisher&) = delete;
   SnapshotPublisher& operator=(const SnapshotPublisher&) = delete;
   ~SnapshotPublisher();
@@ -61,11 +84,19 @@ class SnapshotPublisher {
   // snapshot whose catalogVersion is older than the serving one is refused
   // with kInvalidArgument (also counted): an older filter's negatives are not
   // valid for the newer catalog. An equal version is accepted (a rebuild).
+  // With options.key for a keyed snapshot (kKeyRequired without it,
+  // kKeyMismatch with another: both counted as load failures).
+  Result<std::shared_ptr<const Snapshot>> load_and_publish(const std::filesystem::path& path,
+                                                           const LoadOptions& options);
   Result<std::shared_ptr<const Snapshot>> load_and_publish(const std::filesystem::path& path,
                                                            LoadMode mode = LoadMode::kAuto);
 
-  // Publishes a filter already in memory; same version rule and counting.
+  // Publishes a filter already in memory; same version and catalog rules and
+  // counting.
   Result<std::shared_ptr<const Snapshot>> publish(Filter filter, std::string source = "<memory>");
+
+  // The catalog this publisher is bound to; none when unbound.
+  const std::optional<CatalogId>& catalog_id() const noexcept { return catalog_id_; }
 
   // The serving snapshot, or null before the first successful publish.
   // Lock-free; the returned snapshot stays valid while it is held.
@@ -89,6 +120,8 @@ class SnapshotPublisher {
   std::atomic<std::uint64_t> publishes_{0};
   std::atomic<std::uint64_t> failures_{0};
   Metrics* metrics_ = nullptr;
+  std::optional<CatalogId> catalog_id_;  // set once, at construction
+  std::string catalog_name_;
 };
 
 }  // namespace abf::service

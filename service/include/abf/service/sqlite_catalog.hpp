@@ -3,14 +3,22 @@
 // nothing is ever deleted, so the catalog can answer for any past version
 // and a snapshot can be rebuilt for any of them.
 //
-// Schema (schema version 1; PRAGMA application_id 0x41424643, "ABFC"):
+// Schema (schema version 2; PRAGMA application_id 0x41424643, "ABFC"):
 //   abf_schema(version)                    one row: the schema version
+//   abf_catalog(catalog_id BLOB(16))       one row: the catalog's id (PROTOCOL.md
+//                                          section 8), random, fixed at init
 //   versions(version PRIMARY KEY, operation, created_unix, added, removed)
 //                                          one row per catalog version; 0 = init
 //   artifacts(digest BLOB(32), added_version, removed_version NULL,
 //             PRIMARY KEY (digest, added_version)) WITHOUT ROWID
 // A digest may have several rows (added, removed, added again); their
 // [added_version, removed_version) intervals never overlap.
+//
+// Schema 1 (before catalog ids) lacks abf_catalog. Such a catalog is still
+// read, and the first connection that opens it for writing upgrades it in
+// one transaction: abf_catalog is created with a new random id and the
+// schema version becomes 2; versions and artifacts are not touched. Read-only,
+// a schema-1 catalog has no id, and no snapshot is accepted for it.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -27,11 +36,13 @@
 #include "abf/filter.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
+#include "abf/scheme.hpp"
 #include "abf/service/artifact_repository.hpp"
 
 namespace abf::service {
 
-inline constexpr std::int64_t kCatalogSchemaVersion = 1;
+// The schema this code writes. It also opens schema 1 (see above).
+inline constexpr std::int64_t kCatalogSchemaVersion = 2;
 
 struct CatalogOpenOptions {
   // Open for reading only (SQLITE_OPEN_READONLY): add/remove then fail.
@@ -53,7 +64,8 @@ struct CatalogChange {
 
 // Catalog-wide counts (`abf catalog stats`).
 struct CatalogStats {
-  std::int64_t schema_version = 0;
+  std::int64_t schema_version = 0;      // of the database as opened (1 only if read-only)
+  std::optional<CatalogId> catalog_id;  // none for a schema-1 catalog opened read-only
   std::uint64_t latest_version = 0;
   std::uint64_t version_count = 0;   // rows of `versions`, init included
   std::uint64_t live_artifacts = 0;  // present at the latest version
@@ -68,15 +80,19 @@ struct CatalogStats {
 // where noted.
 class SqliteCatalog final : public ArtifactRepository {
  public:
-  // Creates a new, empty catalog (version 0) at `path`. The file is built
-  // beside it and renamed into place, so a failed init leaves nothing behind.
-  // kCatalog if `path` already exists (it is never overwritten).
+  // Creates a new, empty catalog (version 0) at `path`, with a new random
+  // catalog id (CatalogId::generate; kIo if the system cannot supply one).
+  // The file is built beside it and renamed into place, so a failed init
+  // leaves nothing behind. kCatalog if `path` already exists (it is never
+  // overwritten).
   static Result<SqliteCatalog> create(const std::filesystem::path& path);
 
   // Opens an existing catalog. Clear kCatalog errors for: a missing file
   // ("no such catalog"), a file that is not a SQLite database, a SQLite
   // database that is not an abf catalog, a catalog of another schema version,
   // and a database locked by another process for longer than the busy timeout.
+  // A schema-1 catalog opened for writing is upgraded to schema 2 here (it
+  // gets its catalog id); opened read-only it is left as it is.
   static Result<SqliteCatalog> open(const std::filesystem::path& path,
                                     const CatalogOpenOptions& options = {});
 
@@ -123,18 +139,35 @@ class SqliteCatalog final : public ArtifactRepository {
 
   const std::filesystem::path& path() const noexcept;
 
+  // The catalog's id, which every snapshot built from it carries. None only
+  // for a schema-1 catalog opened read-only (it gets one when first opened
+  // for writing).
+  const std::optional<CatalogId>& catalog_id() const noexcept;
+
+  // ArtifactRepository: always bound. The id is catalog_id(), or zero when
+  // there is none yet, which no snapshot matches (its message says to open
+  // the catalog for writing once, `abf catalog upgrade`).
+  std::optional<CatalogBinding> catalog_binding() const override;
+
  private:
   struct State;
   explicit SqliteCatalog(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
 
-// Builds the filter of the catalog at `catalog_version` (that version goes
-// into the filter's header), streaming the digests from the database into a
-// FilterBuilder. The spec errors of section 3 come first, then
+// Builds the filter of the catalog at `catalog_version`, streaming the
+// digests from the database into a FilterBuilder. The filter's header
+// carries that version and the catalog's id; with `key` the filter is keyed
+// (hashProtocolVersion 2), without it unkeyed. The spec errors of section 3
+// come first, then kCatalog if the catalog has no id (a schema-1 catalog
+// opened read-only: its snapshot would belong to no catalog), then
 // kCapacityExceeded if the catalog holds more digests than
 // spec.expected_item_count, then catalog errors. This is what
 // `abf build --from-catalog` runs.
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, const std::optional<Key>& key,
+                                         Backend backend = Backend::kAuto);
+// The same, unkeyed.
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
                                          const BloomSpec& spec, Backend backend = Backend::kAuto);
 
