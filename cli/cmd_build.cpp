@@ -17,7 +17,7 @@
 namespace abf::cli {
 namespace {
 
-struct BuildOptions {
+struct BuildCommandOptions {
   std::uint64_t expected_items = 0;
   double fpp = 0.0;
   std::optional<std::uint64_t> catalog_version;
@@ -26,6 +26,8 @@ struct BuildOptions {
   std::string input_format = "hex";
   std::string output;
   std::string backend = "auto";
+  std::string key_file;
+  std::string catalog_id;  // 32 hex digits; files only (a catalog names its own)
   unsigned threads = 0;
 };
 
@@ -49,11 +51,18 @@ void print_summary(const std::string& output, const Filter& filter) {
             << " digests, m = " << with_commas(filter.bit_count())
             << " bits, k = " << filter.hash_count() << ", fill " << filter.fill_ratio()
             << ", estimated false-positive rate " << filter.estimate_false_positive_rate()
-            << ", catalog version " << filter.catalog_version() << '\n';
+            << ", catalog version " << filter.catalog_version() << ", catalog id "
+            << (filter.catalog_id().is_zero() ? "none" : filter.catalog_id().hex())
+            << ", hash protocol " << filter.hash_protocol_version();
+  // The fingerprint names the key without revealing it.
+  if (filter.scheme().keyed())
+    std::cout << " (key " << filter.scheme().key_fingerprint().hex() << ")";
+  std::cout << '\n';
 }
 
 // --from-catalog: the snapshot of a SQLite catalog at one version.
-int run_build_from_catalog(const BuildOptions& options, Backend backend) {
+int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
+                           const std::optional<Key>& key) {
   auto catalog = service::SqliteCatalog::open(options.from_catalog, {.read_only = true});
   if (!catalog) return report("build", catalog.error());
   std::uint64_t version = 0;
@@ -65,7 +74,7 @@ int run_build_from_catalog(const BuildOptions& options, Backend backend) {
     version = *latest;
   }
   auto filter = service::build_filter_from_catalog(
-      *catalog, version, BloomSpec{options.expected_items, options.fpp}, backend);
+      *catalog, version, BloomSpec{options.expected_items, options.fpp}, key, backend);
   if (!filter) return report("build", filter.error());
   if (auto saved = save_snapshot(*filter, options.output); !saved) {
     return report("build", saved.error());
@@ -74,17 +83,27 @@ int run_build_from_catalog(const BuildOptions& options, Backend backend) {
   return kExitOk;
 }
 
-int run_build(const BuildOptions& options) {
+int run_build(const BuildCommandOptions& options) {
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
   if (!format) return report("build", format.error());
-  auto backend = parse_backend(options.backend);
+  auto backend = backend_from_option(options.backend);
   if (!backend) return report("build", backend.error());
+  auto key = key_from_option(options.key_file);
+  if (!key) return report("build", key.error());
 
-  if (!options.from_catalog.empty()) return run_build_from_catalog(options, *backend);
+  if (!options.from_catalog.empty()) return run_build_from_catalog(options, *backend, *key);
 
   const BloomSpec spec{options.expected_items, options.fpp};
-  auto builder = FilterBuilder::create(spec, options.catalog_version.value_or(0));
+  BuildOptions build_options;
+  build_options.catalog_version = options.catalog_version.value_or(0);
+  if (!options.catalog_id.empty()) {
+    auto id = CatalogId::parse_hex(options.catalog_id);  // checked by the validator already
+    if (!id) return report("build", id.error());
+    build_options.catalog_id = *id;
+  }
+  build_options.key = *key;
+  auto builder = FilterBuilder::create(spec, build_options);
   if (!builder) return report("build", builder.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("build", reader.error());
@@ -128,7 +147,7 @@ int run_build(const BuildOptions& options) {
 }
 
 Command add_build_command(CLI::App& root) {
-  auto options = std::make_shared<BuildOptions>();
+  auto options = std::make_shared<BuildCommandOptions>();
   CLI::App* app =
       root.add_subcommand("build", "Build a filter from digests and save it as an ABF1 snapshot");
   app->footer(
@@ -138,7 +157,12 @@ Command add_build_command(CLI::App& root) {
       "Examples:\n"
       "  abf digest blobs/* | abf build -n 1000000 -p 0.001 --output catalog.abf\n"
       "  abf build -n 100000000 -p 0.01 -f bin --input digests.bin --output big.abf --threads 8\n"
-      "  abf build --from-catalog catalog.db -n 2000000 -p 0.001 --output latest.abf");
+      "  abf build --from-catalog catalog.db -n 2000000 -p 0.001 --output latest.abf\n"
+      "  abf build --from-catalog catalog.db -n 2000000 -p 0.001 --key-file abf.key -o k.abf\n"
+      "A snapshot built --from-catalog carries the catalog's id, and `abf dedup` accepts only\n"
+      "snapshots of its catalog; one built from files names no catalog unless --catalog-id\n"
+      "says which. With --key-file the snapshot is keyed (hash protocol 2): it answers only\n"
+      "with that key, which it never contains (only the key's fingerprint).");
   app->add_option("--expected-items,-n", options->expected_items,
                   "Design capacity n (1..2^30); more digests than this is an error")
       ->required();
@@ -157,8 +181,13 @@ Command add_build_command(CLI::App& root) {
                   "bin: 32-byte records (default hex)")
       ->check(CLI::IsMember({"hex", "bin"}));
   app->add_option("--output,-o", options->output, "Snapshot to write (atomically)")->required();
-  app->add_option("--backend", options->backend, "auto, scalar, simd or cuda (default auto)")
-      ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
+  app->add_option("--catalog-id", options->catalog_id,
+                  "catalogId recorded in the snapshot: the 32 hex digits of the catalog the\n"
+                  "input digests are (default: none); --from-catalog records the catalog's own")
+      ->check(catalog_id_validator())
+      ->excludes(from_catalog);
+  add_key_file_option(*app, options->key_file, "build a keyed (hash protocol 2) snapshot");
+  add_backend_option(*app, options->backend, "Build engine");
   add_threads_option(*app, options->threads, /*reads_ahead=*/true);
   return {app, [options] { return run_build(*options); }};
 }

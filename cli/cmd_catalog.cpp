@@ -24,7 +24,31 @@ struct CatalogOptions {
 int run_init(const CatalogOptions& options) {
   auto catalog = service::SqliteCatalog::create(options.db);
   if (!catalog) return report("catalog init", catalog.error());
-  std::cerr << "abf catalog init: created " << options.db << " (catalog version 0, empty)\n";
+  // The new catalog's id on stdout (snapshots built from it carry it).
+  std::cout << catalog->catalog_id()->hex() << '\n';
+  std::cerr << "abf catalog init: created " << options.db
+            << " (catalog version 0, empty; catalog id " << catalog->catalog_id()->hex() << ")\n";
+  return kExitOk;
+}
+
+// Opening for writing upgrades a schema-1 catalog (SqliteCatalog::open); this
+// command does only that, so a catalog can get its id without a change.
+int run_upgrade(const CatalogOptions& options) {
+  bool had_id = false;
+  {  // a read-only look first, closed before the writer opens
+    service::CatalogOpenOptions read_only;
+    read_only.read_only = true;
+    auto before = service::SqliteCatalog::open(options.db, read_only);
+    if (!before) return report("catalog upgrade", before.error());
+    had_id = before->catalog_id().has_value();
+  }
+  auto catalog = service::SqliteCatalog::open(options.db);
+  if (!catalog) return report("catalog upgrade", catalog.error());
+  std::cout << catalog->catalog_id()->hex() << '\n';
+  std::cerr << "abf catalog upgrade: " << options.db
+            << (had_id ? " is already at schema version " : " upgraded to schema version ")
+            << service::kCatalogSchemaVersion << "; catalog id " << catalog->catalog_id()->hex()
+            << '\n';
   return kExitOk;
 }
 
@@ -57,6 +81,8 @@ int run_stats(const CatalogOptions& options) {
     const nlohmann::ordered_json json = {
         {"path", options.db},
         {"schemaVersion", stats->schema_version},
+        {"catalogId", stats->catalog_id ? nlohmann::ordered_json(stats->catalog_id->hex())
+                                        : nlohmann::ordered_json(nullptr)},
         {"latestVersion", stats->latest_version},
         {"versionCount", stats->version_count},
         {"liveArtifacts", stats->live_artifacts},
@@ -68,6 +94,10 @@ int run_stats(const CatalogOptions& options) {
   } else {
     std::cout << "catalog          " << options.db << '\n'
               << "schema version   " << stats->schema_version << '\n'
+              << "catalog id       "
+              << (stats->catalog_id ? stats->catalog_id->hex()
+                                    : "none yet (schema 1; `abf catalog upgrade` assigns one)")
+              << '\n'
               << "latest version   " << stats->latest_version << '\n'
               << "versions         " << with_commas(stats->version_count) << '\n'
               << "live artifacts   " << with_commas(stats->live_artifacts) << '\n'
@@ -93,11 +123,15 @@ Command add_catalog_command(CLI::App& root) {
       "Every add or remove is one new catalog version (printed on stdout); nothing is ever\n"
       "deleted, so a snapshot can be built for any version (abf build --from-catalog).\n"
       "A malformed digest anywhere in the input rolls the whole change back.\n"
+      "Each catalog has a random catalog id, made by init (printed on stdout); snapshots built\n"
+      "from it carry the id, and `abf dedup` refuses snapshots of any other catalog. A catalog\n"
+      "made before ids (schema 1) gets one when first opened for writing (add, remove, upgrade).\n"
       "Examples:\n"
       "  abf catalog init --db catalog.db\n"
       "  abf catalog add --db catalog.db --input digests.txt\n"
       "  abf catalog remove --db catalog.db -f bin --input gone.bin\n"
-      "  abf catalog stats --db catalog.db --json");
+      "  abf catalog stats --db catalog.db --json\n"
+      "  abf catalog upgrade --db old-catalog.db");
   CLI::App* init = app->add_subcommand("init", "Create a new, empty catalog (version 0)");
   init->add_option("--db", options->db, "Catalog database to create (never overwritten)")
       ->required();
@@ -110,8 +144,12 @@ Command add_catalog_command(CLI::App& root) {
   CLI::App* stats = app->add_subcommand("stats", "Print the catalog's versions and counts");
   stats->add_option("--db", options->db, "Catalog database")->required();
   stats->add_flag("--json", options->json, "Print JSON");
-  return {app, [options, init, add, remove, stats] {
+  CLI::App* upgrade = app->add_subcommand(
+      "upgrade", "Bring a catalog to the current schema (a schema-1 catalog gets its id)");
+  upgrade->add_option("--db", options->db, "Catalog database")->required();
+  return {app, [options, init, add, remove, stats, upgrade] {
             if (init->parsed()) return run_init(*options);
+            if (upgrade->parsed()) return run_upgrade(*options);
             if (add->parsed()) return run_change(*options, true);
             if (remove->parsed()) return run_change(*options, false);
             if (stats->parsed()) return run_stats(*options);

@@ -36,6 +36,7 @@ struct DedupOptions {
   std::string output = "-";
   std::string stats_json;
   std::string backend = "auto";
+  std::string key_file;
   bool exact_only = false;
   unsigned threads = 0;
 };
@@ -71,17 +72,25 @@ int run_dedup(const DedupOptions& options) {
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
   if (!format) return report("dedup", format.error());
-  auto backend = parse_backend(options.backend);
+  auto backend = backend_from_option(options.backend);
   if (!backend) return report("dedup", backend.error());
+  auto key = key_from_option(options.key_file);
+  if (!key) return report("dedup", key.error());
 
-  service::Metrics metrics;
-  service::SnapshotPublisher publisher(&metrics);
-  auto snapshot = publisher.load_and_publish(options.snapshot);
-  if (!snapshot) return report("dedup", snapshot.error());
   service::CatalogOpenOptions open_options;
   open_options.read_only = true;  // dedup never changes the catalog
   auto catalog = service::SqliteCatalog::open(options.db, open_options);
   if (!catalog) return report("dedup", catalog.error());
+  // The publisher is bound to the catalog: a snapshot of another catalog,
+  // or of none, is refused before any input is read or output written
+  // (PROTOCOL.md section 8); the service checks it again.
+  const auto binding = catalog->catalog_binding();
+  service::Metrics metrics;
+  service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
+  LoadOptions load_options;
+  load_options.key = std::move(*key);
+  auto snapshot = publisher.load_and_publish(options.snapshot, load_options);
+  if (!snapshot) return report("dedup", snapshot.error());
   auto latest = catalog->latest_version();
   if (!latest) return report("dedup", latest.error());
   const std::uint64_t version = (*snapshot)->catalog_version();
@@ -90,7 +99,7 @@ int run_dedup(const DedupOptions& options) {
                                  "snapshot " + options.snapshot + " is of catalog version " +
                                      std::to_string(version) + ", but catalog " + options.db +
                                      " only reaches version " + std::to_string(*latest) +
-                                     " (a snapshot of another catalog?)"});
+                                     " (a damaged or restored catalog?)"});
   }
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("dedup", reader.error());
@@ -141,6 +150,9 @@ Command add_dedup_command(CLI::App& root) {
       "Counts go to stderr and, with --stats-json, to a JSON file: total, negative, maybe,\n"
       "falsePositives, exactLookups, exactLookupsAvoided, negativeBypassRatio,\n"
       "observedFalsePositiveRate, falseDiscoveryRatio. Nothing is written on error.\n"
+      "The snapshot must be of this catalog (abf build --from-catalog writes its catalogId):\n"
+      "one of another catalog, or of none, is refused (catalog_mismatch), since its `absent`\n"
+      "answers would be wrong. A keyed snapshot needs its --key-file.\n"
       "Examples:\n"
       "  abf dedup --snapshot c.abf --db catalog.db --input candidates.txt > new.txt\n"
       "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
@@ -154,8 +166,8 @@ Command add_dedup_command(CLI::App& root) {
   app->add_option("--output,-o", options->output,
                   "Where to write the new digests (atomically), - for standard output (default -)");
   app->add_option("--stats-json", options->stats_json, "Also write the counts as JSON here");
-  app->add_option("--backend", options->backend, "Filter engine: auto, scalar, simd or cuda")
-      ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
+  add_key_file_option(*app, options->key_file, "open a keyed (hash protocol 2) snapshot");
+  add_backend_option(*app, options->backend, "Filter engine");
   app->add_flag("--exact-only", options->exact_only,
                 "Ask SQLite for every candidate, filter unused (the baseline; same output)");
   add_threads_option(*app, options->threads);
@@ -219,7 +231,8 @@ int run_dedup_demo(std::ostream& out) {
   if (auto saved = save_snapshot(*filter, snapshot_path); !saved)
     return report(command, saved.error());
   service::Metrics metrics;
-  service::SnapshotPublisher publisher(&metrics);
+  const auto binding = catalog->catalog_binding();
+  service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
   auto published = publisher.load_and_publish(snapshot_path);
   if (!published) return report(command, published.error());
   out << "  snapshot      catalog version " << filter->catalog_version()

@@ -111,18 +111,18 @@ int run_demo(const DemoOptions& options) {
 
   std::printf("query throughput    median of 3, %u threads\n", threads);
   std::printf("  %-8s %-18s %-18s\n", "backend", "absent", "present");
-  for (const Backend backend : {Backend::kScalar, Backend::kSimd, Backend::kCuda}) {
-    if (!backend_available(backend)) continue;
-    auto absent_time = time_query(*filter, absent, answers, backend);
-    auto present_time = time_query(*filter, members, answers, backend);
+  // Every engine of the library's table that can run here.
+  for (const BackendInfo& engine : list_backends()) {
+    if (!engine.available) continue;
+    auto absent_time = time_query(*filter, absent, answers, engine.backend);
+    auto present_time = time_query(*filter, members, answers, engine.backend);
     if (!absent_time || !present_time) {
       return report("demo", absent_time ? present_time.error() : absent_time.error());
     }
-    const std::string name = backend == Backend::kSimd ? "simd (" + simd_target_name() + ")"
-                                                       : std::string(to_string(backend));
-    std::printf("  %-8s %-18s %-18s  %s\n", std::string(to_string(backend)).c_str(),
-                si_rate(probes / *absent_time).c_str(),
-                si_rate(static_cast<double>(members.size()) / *present_time).c_str(), name.c_str());
+    const std::string name(engine.backend.name());
+    std::printf("  %-8s %-18s %-18s  %s\n", name.c_str(), si_rate(probes / *absent_time).c_str(),
+                si_rate(static_cast<double>(members.size()) / *present_time).c_str(),
+                (name + " (" + engine.detail + ")").c_str());
   }
   if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
   if (false_negatives != 0) {

@@ -15,6 +15,7 @@ namespace {
 
 struct InspectOptions {
   std::string snapshot;
+  std::string key_file;
   bool json = false;
 };
 
@@ -25,9 +26,18 @@ std::string hex64(std::uint64_t value) {
 }
 
 int run_inspect(const InspectOptions& options) {
-  auto filter = load_snapshot(options.snapshot);
+  auto key = key_from_option(options.key_file);
+  if (!key) return report("inspect", key.error());
+  LoadOptions load_options;
+  load_options.key = std::move(*key);
+  // Loading checks every rule and the key (a keyed snapshot needs its key
+  // here as everywhere); the header is then read as stored, so a
+  // formatVersion-1 file shows its own version and checksums.
+  auto filter = load_snapshot(options.snapshot, load_options);
   if (!filter) return report("inspect", filter.error());
-  const SnapshotHeader header = snapshot_header(*filter);
+  auto stored = read_snapshot_header(options.snapshot);
+  if (!stored) return report("inspect", stored.error());
+  const SnapshotHeader& header = *stored;
   std::error_code ec;
   const auto file_size = std::filesystem::file_size(options.snapshot, ec);
   const auto& h = header;
@@ -50,6 +60,8 @@ int run_inspect(const InspectOptions& options) {
     out["payload_length"] = h.payload_length;
     out["payload_checksum"] = hex64(h.payload_checksum);
     out["header_checksum"] = hex64(h.header_checksum);
+    out["catalog_id"] = h.catalog_id.hex();
+    out["key_fingerprint"] = h.key_fingerprint.hex();
     out["popcount"] = filter->popcount();
     out["fill_ratio"] = fill;
     out["estimated_fpp"] = estimated;
@@ -71,6 +83,10 @@ int run_inspect(const InspectOptions& options) {
   std::printf("payload length        %s bytes\n", with_commas(h.payload_length).c_str());
   std::printf("payload checksum      %s (XXH3-64, verified)\n", hex64(h.payload_checksum).c_str());
   std::printf("header checksum       %s (XXH3-64, verified)\n", hex64(h.header_checksum).c_str());
+  std::printf("catalog id            %s%s\n", h.catalog_id.hex().c_str(),
+              h.catalog_id.is_zero() ? " (none: tied to no catalog)" : "");
+  std::printf("key fingerprint       %s%s\n", h.key_fingerprint.hex().c_str(),
+              h.key_fingerprint.is_zero() ? " (unkeyed)" : " (keyed; key verified)");
   std::printf("bits set              %s\n", with_commas(filter->popcount()).c_str());
   std::printf("fill ratio            %.6f\n", fill);
   std::printf("estimated fpp         %.6g\n", estimated);
@@ -82,9 +98,12 @@ Command add_inspect_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "inspect", "Validate a snapshot and print its header, fill ratio and estimated fpp");
   app->footer(
-      "Every rule of the ABF1 format is checked, both checksums included.\n"
+      "Every rule of the ABF1 format is checked, both checksums included. A keyed snapshot\n"
+      "(hash protocol 2) needs its --key-file; the key itself is never shown, only its\n"
+      "fingerprint.\n"
       "Example: abf inspect catalog.abf --json");
   app->add_option("snapshot", options->snapshot, "ABF1 snapshot")->required();
+  add_key_file_option(*app, options->key_file, "open a keyed (hash protocol 2) snapshot");
   app->add_flag("--json", options->json, "One JSON object instead of text");
   return {app, [options] { return run_inspect(*options); }};
 }

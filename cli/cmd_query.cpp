@@ -23,6 +23,7 @@ struct QueryOptions {
   std::string input_format = "hex";
   std::string output = "-";
   std::string backend = "auto";
+  std::string key_file;
   bool summary = false;
   unsigned threads = 0;
 };
@@ -71,14 +72,13 @@ int run_query(const QueryOptions& options) {
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
   if (!format) return report("query", format.error());
-  auto backend = parse_backend(options.backend);
+  auto backend = backend_from_option(options.backend);
   if (!backend) return report("query", backend.error());
-  if (*backend != Backend::kAuto && !backend_available(*backend)) {
-    return report("query", Error{ErrorCode::kBackendUnavailable,
-                                 "backend " + std::string(to_string(*backend)) +
-                                     " cannot run here: " + cuda_device_description()});
-  }
-  auto filter = load_snapshot(options.snapshot);
+  auto key = key_from_option(options.key_file);
+  if (!key) return report("query", key.error());
+  LoadOptions load_options;
+  load_options.key = std::move(*key);
+  auto filter = load_snapshot(options.snapshot, load_options);
   if (!filter) return report("query", filter.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("query", reader.error());
@@ -134,6 +134,8 @@ Command add_query_command(CLI::App& root) {
       "`absent` is a proof the digest is not in the snapshot's catalog version: skip the store.\n"
       "`maybe` means ask the store; it is never an answer on its own.\n"
       "A malformed digest is an error naming its line (or byte offset), never `absent`.\n"
+      "A keyed snapshot (hash protocol 2) answers only with its --key-file: without it the\n"
+      "query fails (key_required), with another key too (key_mismatch).\n"
       "Examples:\n"
       "  abf query --snapshot c.abf --input candidates.txt --output answers.tsv\n"
       "  abf query -s c.abf -f bin --input candidates.bin --summary");
@@ -143,9 +145,8 @@ Command add_query_command(CLI::App& root) {
       ->check(CLI::IsMember({"hex", "bin"}));
   app->add_option("--output,-o", options->output,
                   "Where to write the answers (atomically), - for standard output (default -)");
-  app->add_option("--backend", options->backend,
-                  "auto, scalar, simd or cuda (default auto; ABF_BACKEND overrides auto)")
-      ->check(CLI::IsMember({"auto", "scalar", "simd", "cuda"}));
+  add_key_file_option(*app, options->key_file, "query a keyed snapshot");
+  add_backend_option(*app, options->backend, "Probe engine");
   app->add_flag("--summary", options->summary, "Print only the counts: total, absent, maybe");
   add_threads_option(*app, options->threads, /*reads_ahead=*/true);
   return {app, [options] { return run_query(*options); }};

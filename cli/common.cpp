@@ -25,6 +25,55 @@ unsigned hardware_threads() {
   return cores > 0 ? static_cast<unsigned>(cores) : 1;
 }
 
+void add_backend_option(CLI::App& app, std::string& backend, std::string_view what) {
+  const std::vector<std::string> names = backend_names();
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 == names.size() ? " or " : ", ";
+    list += names[i];
+  }
+  // Only the names here: whether each engine can run (a CUDA device probe)
+  // is asked when the command runs, and shown by `abf --version`.
+  app.add_option("--backend", backend,
+                 std::string(what) + ": " + list +
+                     " (default auto; ABF_BACKEND overrides auto;\n`abf --version` lists which "
+                     "can run here)")
+      ->check(CLI::IsMember(names));
+}
+
+Result<Backend> backend_from_option(const std::string& name) {
+  auto backend = parse_backend(name);
+  if (!backend) return backend;
+  // Resolving a batch of 0 asks only whether the request can run: a named
+  // engine, or ABF_BACKEND's for auto.
+  if (auto resolved = resolve_backend(*backend, 0); !resolved) {
+    return std::unexpected(resolved.error());
+  }
+  return backend;
+}
+
+void add_key_file_option(CLI::App& app, std::string& path, std::string_view use) {
+  app.add_option("--key-file", path,
+                 "Secret key file (abf key generate; 32 hex digits or 16 bytes, mode 0600)\nto " +
+                     std::string(use));
+}
+
+Result<std::optional<Key>> key_from_option(const std::string& path) {
+  if (path.empty()) return std::optional<Key>();
+  auto key = read_key_file(path);
+  if (!key) return std::unexpected(key.error());
+  return std::optional<Key>(std::move(*key));
+}
+
+CLI::Validator catalog_id_validator() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        auto id = CatalogId::parse_hex(text);
+        return id ? std::string() : id.error().message;
+      },
+      "HEX32");
+}
+
 void add_threads_option(CLI::App& app, unsigned& threads, bool reads_ahead) {
   std::string help =
       "Worker threads (default: all " + std::to_string(hardware_threads()) + " cores)";

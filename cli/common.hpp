@@ -12,8 +12,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "abf/backend.hpp"
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
+#include "abf/scheme.hpp"
 
 namespace abf::cli {
 
@@ -38,6 +40,28 @@ unsigned apply_threads(unsigned threads);
 
 // The number of hardware threads.
 unsigned hardware_threads();
+
+// Adds `--backend NAME`, accepting exactly abf::backend_names() (the
+// library's engine table, so a new engine needs no change here); `what` starts
+// the help ("Probe engine"). Default "auto".
+void add_backend_option(CLI::App& app, std::string& backend, std::string_view what);
+
+// The backend named on the command line, checked to run here: a named engine
+// that cannot (cuda without a device) is kBackendUnavailable saying why, and
+// so is an ABF_BACKEND naming one for "auto".
+Result<Backend> backend_from_option(const std::string& name);
+
+// Adds `--key-file PATH`: the secret key of keyed (protocol 2) snapshots.
+// `use` says what the command does with it ("build a keyed snapshot").
+void add_key_file_option(CLI::App& app, std::string& path, std::string_view use);
+
+// The key of --key-file (abf::read_key_file: 32 hex digits and a newline, or
+// 16 raw bytes; refused when group or others may read it), or none when the
+// option was not given. The key itself never reaches any output.
+Result<std::optional<Key>> key_from_option(const std::string& path);
+
+// A CLI11 check for a 32-hex-digit catalog id (CatalogId::parse_hex).
+CLI::Validator catalog_id_validator();
 
 // A progress line on stderr, redrawn at most ten times a second, only when
 // stderr is a terminal; silent otherwise. Cleared on destruction.

@@ -21,8 +21,18 @@ std::vector<CommandRegistration>& command_registry() {
 namespace {
 
 std::string version_text() {
-  std::string text = std::string("abf ") + abf::kVersion + "\nbackends: scalar, simd";
-  if (abf::cuda_compiled()) text += ", cuda";
+  // The engines come from the library's table; each says whether it can run
+  // here and on what.
+  const auto engines = abf::list_backends();
+  std::string text = std::string("abf ") + abf::kVersion + "\nbackends:";
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    text += (i == 0 ? " " : ", ") + std::string(engines[i].backend.name());
+  }
+  for (const auto& engine : engines) {
+    text += "\n  " + std::string(engine.backend.name()) + ": " +
+            (engine.available ? "available (" : "unavailable (") + engine.detail + "); " +
+            engine.summary;
+  }
   text += "\nsimd targets:";
   for (const auto& target : abf::simd_compiled_targets()) text += " " + target;
   text += "\nsimd target in use: " + abf::simd_target_name();

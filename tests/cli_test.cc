@@ -2,10 +2,16 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
 #include "test_support.hpp"
@@ -19,13 +25,7 @@ using test::CliRun;
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("abf-cli-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::make_temp_dir("abf-cli"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   fs::path path(const std::string& name) const { return dir_ / name; }
@@ -308,6 +308,306 @@ TEST_F(CliTest, GoldenSnapshotInspectsAsItsHeaderSays) {
   EXPECT_NE(run.out.find("\"bit_count\": 9600"), std::string::npos) << run.out;
 }
 
+// ---- Keys, catalog ids and the new header fields (protocol v2) -------------
+
+// member_digests(1000) as hex lines: the golden files' digests.
+std::string golden_member_lines() {
+  std::string text;
+  for (const Digest& digest : test::member_digests(1000)) text += digest.hex() + "\n";
+  return text;
+}
+
+// The build of the v2 golden files: n = 1000, p = 0.01, catalog version 42,
+// the golden catalog id.
+std::string golden_build_arguments() {
+  return "build -n 1000 -p 0.01 --catalog-version 42 --catalog-id " +
+         test::golden_catalog_id().hex() + " -i members.txt";
+}
+
+TEST_F(CliTest, BuildWritesTheVersionTwoGoldenSnapshots) {
+  write("members.txt", golden_member_lines());
+  test::write_private_file(path("golden.key"), test::golden_key().hex + "\n");
+  const CliRun keyed = abf(golden_build_arguments() + " --key-file golden.key -o keyed.abf");
+  ASSERT_EQ(keyed.status, 0) << keyed.err;
+  EXPECT_TRUE(test::read_file(path("keyed.abf")) ==
+              test::read_file(test::data_path("vectors/v2/member-1000-keyed.abf")))
+      << "keyed snapshot differs from the golden file";
+  EXPECT_NE(keyed.out.find("hash protocol 2 (key " + test::golden_key().fingerprint_hex + ")"),
+            std::string::npos)
+      << keyed.out;
+  const CliRun plain = abf(golden_build_arguments() + " -o plain.abf");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_TRUE(test::read_file(path("plain.abf")) ==
+              test::read_file(test::data_path("vectors/v2/member-1000-v2.abf")))
+      << "unkeyed snapshot differs from the golden file";
+}
+
+TEST_F(CliTest, EveryKeyFileFormGivesTheSameKey) {
+  write("members.txt", golden_member_lines());
+  const test::VectorKey key = test::golden_key();
+  std::string upper = key.hex;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::string raw(reinterpret_cast<const char*>(key.key.bytes().data()), Key::kSize);
+  const std::string golden = test::read_file(test::data_path("vectors/v2/member-1000-keyed.abf"));
+  for (const std::string& contents : {key.hex + "\n", key.hex, upper + "\n", raw}) {
+    SCOPED_TRACE(contents.size());
+    test::write_private_file(path("k.key"), contents);
+    const CliRun run = abf(golden_build_arguments() + " --key-file k.key -o k.abf");
+    ASSERT_EQ(run.status, 0) << run.err;
+    EXPECT_TRUE(test::read_file(path("k.abf")) == golden);
+  }
+}
+
+TEST_F(CliTest, KeyFileReadableByOthersOrMalformedIsRefused) {
+  write("members.txt", golden_member_lines());
+  test::write_private_file(path("k.key"), test::golden_key().hex + "\n");
+  for (const auto& [mode, who] :
+       {std::pair{fs::perms(0644), "others"}, std::pair{fs::perms(0640), "group"}}) {
+    SCOPED_TRACE(who);
+    fs::permissions(path("k.key"), mode);
+    for (const std::string& command :
+         {golden_build_arguments() + " --key-file k.key -o k.abf",
+          "query -s " + test::data_path("vectors/v2/member-1000-keyed.abf").string() +
+              " -i members.txt --key-file k.key -o answers.tsv"}) {
+      const CliRun run = abf(command);
+      expect_failure(run, "invalid_key");
+      EXPECT_NE(run.err.find(who), std::string::npos) << run.err;
+      EXPECT_NE(run.err.find("chmod 600"), std::string::npos) << run.err;
+    }
+  }
+  EXPECT_FALSE(fs::exists(path("k.abf")));
+  EXPECT_FALSE(fs::exists(path("answers.tsv")));
+  // Not a key: 31 hex digits, non-hex, missing.
+  test::write_private_file(path("short.key"), test::golden_key().hex.substr(1) + "\n");
+  expect_failure(abf(golden_build_arguments() + " --key-file short.key -o k.abf"), "invalid_key");
+  test::write_private_file(path("text.key"), std::string(32, 'z') + "\n");
+  expect_failure(abf(golden_build_arguments() + " --key-file text.key -o k.abf"), "invalid_key");
+  expect_failure(abf(golden_build_arguments() + " --key-file missing.key -o k.abf"), "io_error");
+  EXPECT_FALSE(fs::exists(path("k.abf")));
+}
+
+TEST_F(CliTest, KeyGenerateWritesAPrivateKeyAndPrintsItsFingerprint) {
+  const CliRun run = abf("key generate --output new.key");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(fs::status(path("new.key")).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  auto key = read_key_file(path("new.key"));
+  ASSERT_TRUE(key.has_value()) << key.error().describe();
+  EXPECT_EQ(run.out, key_fingerprint(*key).hex() + "\n");
+  // A second key is another key; an existing file is never replaced.
+  const std::string first = test::read_file(path("new.key"));
+  const CliRun again = abf("key generate --output new.key");
+  expect_failure(again, "io_error");
+  EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
+  EXPECT_EQ(again.out, "");
+  EXPECT_EQ(test::read_file(path("new.key")), first);
+  const CliRun second = abf("key generate --output second.key");
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_NE(test::read_file(path("second.key")), first);
+  EXPECT_NE(second.out, run.out);
+  EXPECT_EQ(abf("key generate").status, 2);  // --output missing
+}
+
+TEST_F(CliTest, KeyedSnapshotAnswersOnlyWithItsKey) {
+  write("members.txt", hex_lines(2000, 31));
+  const auto candidates = test::random_digests(5000, 32);
+  std::string candidate_text;
+  for (const auto& d : candidates) candidate_text += d.hex() + "\n";
+  write("candidates.txt", candidate_text);
+  test::write_private_file(path("k.key"), test::golden_key().hex + "\n");
+  test::write_private_file(path("other.key"), test::other_key().hex + "\n");
+  const CliRun built = abf("build -n 2000 -p 0.01 -i members.txt --key-file k.key -o k.abf");
+  ASSERT_EQ(built.status, 0) << built.err;
+
+  // The answers of the scalar reference, opened with the key.
+  LoadOptions options;
+  options.key = test::golden_key().key;
+  auto filter = load_snapshot(path("k.abf"), options);
+  ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+  ASSERT_EQ(filter->hash_protocol_version(), 2u);
+  std::string expected;
+  for (const auto& d : candidates) {
+    expected += d.hex() + (filter->might_contain(d) ? "\tmaybe\n" : "\tabsent\n");
+  }
+  for (const std::string& backend : backend_names()) {
+    if (!backend_available(*parse_backend(backend))) continue;
+    SCOPED_TRACE(backend);
+    const CliRun run = abf("query -s k.abf -i candidates.txt --key-file k.key --backend " +
+                           backend + " -o answers.tsv");
+    ASSERT_EQ(run.status, 0) << run.err;
+    EXPECT_TRUE(test::read_file(path("answers.tsv")) == expected) << "answers differ";
+  }
+  const CliRun members = abf("query -s k.abf -i members.txt --key-file k.key --summary");
+  EXPECT_EQ(members.out, "total\t2000\nabsent\t0\nmaybe\t2000\n");
+
+  fs::remove(path("answers.tsv"));
+  expect_failure(abf("query -s k.abf -i candidates.txt -o answers.tsv"), "key_required");
+  expect_failure(abf("query -s k.abf -i candidates.txt --key-file other.key -o answers.tsv"),
+                 "key_mismatch");
+  EXPECT_FALSE(fs::exists(path("answers.tsv")));
+  // A key for an unkeyed snapshot would be silently unused: refused too.
+  ASSERT_EQ(abf("build -n 2000 -p 0.01 -i members.txt -o plain.abf").status, 0);
+  expect_failure(abf("query -s plain.abf -i candidates.txt --key-file k.key"), "key_mismatch");
+}
+
+TEST_F(CliTest, InspectShowsFormatProtocolCatalogIdAndKeyFingerprint) {
+  const std::string zero_id(32, '0');
+  const std::string zero_fingerprint(16, '0');
+  struct Case {
+    std::string file;
+    std::string key_option;
+    unsigned format;
+    unsigned protocol;
+    std::string catalog_id;
+    std::string fingerprint;
+  };
+  test::write_private_file(path("k.key"), test::golden_key().hex + "\n");
+  const Case cases[] = {
+      {"vectors/member-1000.abf", "", 1, 1, zero_id, zero_fingerprint},
+      {"vectors/v2/member-1000-v2.abf", "", 2, 1, test::golden_catalog_id().hex(),
+       zero_fingerprint},
+      {"vectors/v2/member-1000-keyed.abf", " --key-file k.key", 2, 2,
+       test::golden_catalog_id().hex(), test::golden_key().fingerprint_hex},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    const std::string file = test::data_path(c.file).string();
+    const CliRun json = abf("inspect --json " + file + c.key_option);
+    ASSERT_EQ(json.status, 0) << json.err;
+    const auto parsed = nlohmann::json::parse(json.out);
+    EXPECT_EQ(parsed["format_version"].get<unsigned>(), c.format);
+    EXPECT_EQ(parsed["hash_protocol_version"].get<unsigned>(), c.protocol);
+    EXPECT_EQ(parsed["catalog_id"].get<std::string>(), c.catalog_id);
+    EXPECT_EQ(parsed["key_fingerprint"].get<std::string>(), c.fingerprint);
+    EXPECT_EQ(parsed["catalog_version"].get<std::uint64_t>(), 42u);
+    const CliRun text = abf("inspect " + file + c.key_option);
+    ASSERT_EQ(text.status, 0) << text.err;
+    for (const std::string& line :
+         {"format version        " + std::to_string(c.format),
+          "hash protocol version " + std::to_string(c.protocol),
+          "catalog id            " + c.catalog_id, "key fingerprint       " + c.fingerprint}) {
+      EXPECT_NE(text.out.find(line), std::string::npos) << line << "\n" << text.out;
+    }
+  }
+  // The keyed file without its key, or with another: refused, as everywhere.
+  const std::string keyed = test::data_path("vectors/v2/member-1000-keyed.abf").string();
+  expect_failure(abf("inspect " + keyed), "key_required");
+  test::write_private_file(path("other.key"), test::other_key().hex + "\n");
+  expect_failure(abf("inspect --json " + keyed + " --key-file other.key"), "key_mismatch");
+}
+
+// The key reaches no output of any command, in success or failure, and no
+// snapshot: neither its hex (either case) nor its raw bytes.
+TEST_F(CliTest, KeyNeverAppearsInAnyOutputOrSnapshot) {
+  ASSERT_EQ(abf("key generate --output k.key").status, 0);
+  auto generated = read_key_file(path("k.key"));
+  ASSERT_TRUE(generated.has_value());
+  test::write_private_file(path("golden.key"), test::golden_key().hex + "\n");
+  write("members.txt", golden_member_lines());
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i members.txt").status, 0);
+  const std::string keyed_golden = test::data_path("vectors/v2/member-1000-keyed.abf").string();
+  const std::string commands[] = {
+      "build -n 1000 -p 0.01 -i members.txt --key-file k.key -o k.abf",
+      "build -n 2000 -p 0.01 -i members.txt --key-file k.key -o big.abf",
+      "build --from-catalog c.db -n 1000 -p 0.01 --key-file k.key -o cat.abf",
+      "query -s k.abf -i members.txt --key-file k.key --summary",
+      "query -s k.abf -i members.txt --key-file golden.key",
+      "query -s k.abf -i members.txt",
+      "inspect k.abf --key-file k.key",
+      "inspect --json k.abf --key-file k.key",
+      "inspect k.abf --key-file golden.key",
+      "inspect " + keyed_golden + " --key-file k.key",
+      "merge k.abf -o m.abf --key-file k.key",
+      "merge k.abf big.abf -o m.abf --key-file k.key",
+      "merge k.abf -o m.abf --key-file golden.key",
+      "dedup -s cat.abf --db c.db -i members.txt --key-file k.key",
+      "dedup -s cat.abf --db c.db -i members.txt --key-file golden.key",
+      "dedup -s cat.abf --db c.db -i members.txt",
+      "key generate --output k.key",
+  };
+  const Key keys[] = {*generated, test::golden_key().key};
+  const auto forms = [](const Key& key) {
+    std::string lower;
+    for (const std::uint8_t byte : key.bytes()) {
+      static constexpr char kDigits[] = "0123456789abcdef";
+      lower += kDigits[byte >> 4];
+      lower += kDigits[byte & 15];
+    }
+    std::string upper = lower;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return std::vector<std::string>{
+        lower, upper, std::string(reinterpret_cast<const char*>(key.bytes().data()), Key::kSize)};
+  };
+  for (const std::string& command : commands) {
+    const CliRun run = abf(command);
+    for (const Key& key : keys) {
+      for (const std::string& form : forms(key)) {
+        EXPECT_EQ(run.out.find(form), std::string::npos) << command << "\n" << run.out;
+        EXPECT_EQ(run.err.find(form), std::string::npos) << command << "\n" << run.err;
+      }
+    }
+  }
+  for (const char* snapshot : {"k.abf", "big.abf", "cat.abf", "m.abf"}) {
+    ASSERT_TRUE(fs::exists(path(snapshot))) << snapshot;
+    const std::string bytes = test::read_file(path(snapshot));
+    for (const std::string& form : forms(*generated)) {
+      EXPECT_EQ(bytes.find(form), std::string::npos) << snapshot;
+    }
+  }
+}
+
+TEST_F(CliTest, BuildCatalogIdIsRecordedAndChecked) {
+  write("members.txt", hex_lines(10, 41));
+  const std::string id = test::golden_catalog_id().hex();
+  std::string upper = id;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  ASSERT_EQ(abf("build -n 10 -p 0.01 -i members.txt --catalog-id " + upper + " -o c.abf").status,
+            0);
+  auto filter = load_snapshot(path("c.abf"));
+  ASSERT_TRUE(filter.has_value());
+  EXPECT_EQ(filter->catalog_id(), test::golden_catalog_id());
+  // Without it, none.
+  ASSERT_EQ(abf("build -n 10 -p 0.01 -i members.txt -o none.abf").status, 0);
+  EXPECT_TRUE(load_snapshot(path("none.abf"))->catalog_id().is_zero());
+  // Not 32 hex digits: a usage error, nothing written.
+  for (const std::string& bad : {id.substr(1), id + "0", std::string(32, 'g')}) {
+    EXPECT_EQ(abf("build -n 10 -p 0.01 -i members.txt --catalog-id " + bad + " -o bad.abf").status,
+              2)
+        << bad;
+  }
+  EXPECT_FALSE(fs::exists(path("bad.abf")));
+}
+
+TEST_F(CliTest, BackendOptionsAcceptExactlyTheLibrarysNames) {
+  write("members.txt", hex_lines(10, 42));
+  ASSERT_EQ(abf("build -n 10 -p 0.01 -i members.txt -o c.abf").status, 0);
+  for (const std::string& name : backend_names()) {
+    SCOPED_TRACE(name);
+    const bool runs = backend_available(*parse_backend(name));
+    for (const std::string& command :
+         {"query -s c.abf -i members.txt --summary --backend " + name,
+          "build -n 10 -p 0.01 -i members.txt -o b.abf --backend " + name}) {
+      const CliRun run = abf(command);
+      if (runs) {
+        EXPECT_EQ(run.status, 0) << command << ": " << run.err;
+      } else {
+        expect_failure(run, "backend_unavailable");
+      }
+    }
+  }
+  for (const char* command : {"query", "build", "dedup"}) {
+    const CliRun help = abf(std::string(command) + " --help");
+    for (const std::string& name : backend_names()) {
+      EXPECT_NE(help.out.find(name), std::string::npos) << name << "\n" << help.out;
+    }
+  }
+  for (const char* command :
+       {"query -s c.abf", "build -n 10 -p 0.01 -o x.abf", "dedup -s c.abf --db c.db"}) {
+    EXPECT_EQ(abf(std::string(command) + " --backend quantum").status, 2) << command;
+  }
+}
+
 TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(abf("build --fpp 0.01 -o x").status, 2);  // --expected-items missing
   EXPECT_EQ(abf("frobnicate").status, 2);
@@ -319,6 +619,13 @@ TEST_F(CliTest, VersionNamesBackendsAndTargets) {
   EXPECT_EQ(run.status, 0);
   EXPECT_NE(run.out.find("backends: scalar, simd"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("simd target in use:"), std::string::npos) << run.out;
+  // One line per engine of the library's table, saying whether it runs here.
+  for (const BackendInfo& engine : list_backends()) {
+    const std::string line = "\n  " + std::string(engine.backend.name()) + ": " +
+                             (engine.available ? "available (" : "unavailable (") + engine.detail +
+                             ")";
+    EXPECT_NE(run.out.find(line), std::string::npos) << line << "\n" << run.out;
+  }
 }
 
 TEST_F(CliTest, DemoRunsTheMainJobOnASmallSet) {

@@ -202,11 +202,7 @@ class MergeCommand : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(ABF_CLI)) GTEST_SKIP() << "no abf binary at " << ABF_CLI;
-    dir_ = fs::temp_directory_path() /
-           ("abf-merge-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::make_temp_dir("abf-merge-test");
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);
@@ -286,6 +282,77 @@ TEST_F(MergeCommand, RefusesAKeyedInputWithoutItsKey) {
   EXPECT_NE(errors.find("keyed.abf"), std::string::npos) << errors;
   EXPECT_NE(errors.find("key_required"), std::string::npos) << errors;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// A filter of `digests` under `options` (the scalar reference build).
+Filter build_with(std::span<const Digest> digests, const BloomSpec& spec,
+                  const BuildOptions& options) {
+  auto filter = build_filter(digests, spec, options, Backend::kScalar);
+  EXPECT_TRUE(filter.has_value()) << filter.error().describe();
+  return std::move(*filter);
+}
+
+TEST_F(MergeCommand, MergesKeyedPartsOnlyWithTheirKey) {
+  const auto digests = test::random_digests(3000, 11);
+  const BloomSpec spec{.expected_item_count = 3000, .target_fpp = 0.01};
+  const test::VectorKey key = test::golden_key();
+  const BuildOptions options{
+      .catalog_version = 7, .catalog_id = test::golden_catalog_id(), .key = key.key};
+  std::string inputs;
+  std::size_t index = 0;
+  for (const auto& piece : partition(digests, 3, 12)) {
+    inputs +=
+        save(build_with(piece, spec, options), "part-" + std::to_string(index++) + ".abf") + " ";
+  }
+  test::write_private_file(dir_ / "k.key", key.hex + "\n");
+  test::write_private_file(dir_ / "other.key", test::other_key().hex + "\n");
+  const auto out = (dir_ / "merged.abf").string();
+  std::string errors;
+  ASSERT_EQ(abf("merge " + inputs + "--key-file k.key --output " + out, &errors), 0) << errors;
+  // The keyed whole, catalog id included, byte for byte.
+  EXPECT_EQ(test::read_file(out),
+            test::read_file(save(build_with(digests, spec, options), "whole.abf")));
+  fs::remove(out);
+  EXPECT_EQ(abf("merge " + inputs + "--output " + out, &errors), 1);
+  EXPECT_NE(errors.find("key_required"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("part-0.abf"), std::string::npos) << errors;
+  EXPECT_EQ(abf("merge " + inputs + "--key-file other.key --output " + out, &errors), 1);
+  EXPECT_NE(errors.find("key_mismatch"), std::string::npos) << errors;
+  EXPECT_EQ(errors.find(key.hex), std::string::npos) << errors;
+  EXPECT_EQ(errors.find(test::other_key().hex), std::string::npos) << errors;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(MergeCommand, RefusesPartsOfDifferentCatalogIds) {
+  const auto digests = test::random_digests(200, 13);
+  const BloomSpec spec{.expected_item_count = 200, .target_fpp = 0.01};
+  CatalogId other = test::golden_catalog_id();
+  other.bytes[3] ^= 0x10;
+  const auto half = std::span(digests).first(100);
+  const auto rest = std::span(digests).subspan(100);
+  const auto a = save(build_with(half, spec,
+                                 BuildOptions{.catalog_version = 5,
+                                              .catalog_id = test::golden_catalog_id(),
+                                              .key = std::nullopt}),
+                      "ours.abf");
+  const auto b =
+      save(build_with(rest, spec,
+                      BuildOptions{.catalog_version = 5, .catalog_id = other, .key = std::nullopt}),
+           "theirs.abf");
+  const auto none = save(build(rest, spec, 5), "none.abf");
+  const auto out = dir_ / "merged.abf";
+  for (const auto& second : {b, none}) {
+    SCOPED_TRACE(second);
+    std::string errors;
+    EXPECT_EQ(abf("merge " + a + " " + second + " --output " + out.string(), &errors), 1);
+    EXPECT_NE(errors.find("incompatible_filters"), std::string::npos) << errors;
+    EXPECT_NE(errors.find("catalogId"), std::string::npos) << errors;
+    EXPECT_NE(errors.find(test::golden_catalog_id().hex()), std::string::npos) << errors;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  std::string errors;
+  EXPECT_EQ(abf("merge " + a + " " + b + " --output " + out.string(), &errors), 1);
+  EXPECT_NE(errors.find(other.hex()), std::string::npos) << errors;
 }
 
 TEST_F(MergeCommand, UsageErrorsExitTwo) {

@@ -1,10 +1,12 @@
 // The catalog and dedup commands end to end through the `abf` binary
 // (ABF_CLI): output equals the catalog's answer; bad databases and inputs give
-// a clear error, a non-zero exit, and change nothing.
+// a clear error, a non-zero exit, and change nothing; a snapshot of another
+// catalog, or of none, is refused (issue 12).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -27,11 +29,7 @@ using test::CliRun;
 
 class ServiceCliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "abf-service-cli-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
+  void SetUp() override { dir_ = test::make_temp_dir("abf-service-cli"); }
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -44,6 +42,14 @@ class ServiceCliTest : public ::testing::Test {
   void write_hex(const std::string& name, const std::vector<Digest>& digests) {
     std::ofstream out(path(name));
     for (const Digest& digest : digests) out << digest.hex() << '\n';
+  }
+
+  // `abf catalog init --db <name>`; returns the catalog id it printed.
+  std::string init_catalog(const std::string& name) {
+    const CliRun run = abf("catalog init --db " + name);
+    EXPECT_EQ(run.status, 0) << run.err;
+    EXPECT_EQ(run.out.size(), 33u) << run.out;
+    return run.out.substr(0, 32);
   }
 
   fs::path dir_;
@@ -90,7 +96,7 @@ TEST_F(ServiceCliTest, CatalogCommandsKeepVersions) {
 }
 
 TEST_F(ServiceCliTest, BuildFromCatalogEqualsABuildOfTheDigestsAtThatVersion) {
-  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  const std::string id = init_catalog("c.db");
   const auto members = test::member_digests(1000);
   write_hex("first.txt", std::vector<Digest>(members.begin(), members.begin() + 600));
   write_hex("second.txt", std::vector<Digest>(members.begin() + 600, members.end()));
@@ -98,11 +104,16 @@ TEST_F(ServiceCliTest, BuildFromCatalogEqualsABuildOfTheDigestsAtThatVersion) {
   ASSERT_EQ(abf("catalog add --db c.db --input second.txt").status, 0);  // version 2
 
   // The latest version by default, the named one otherwise; the header
-  // carries the version. Each equals a plain build of that version's digests.
+  // carries the version and the catalog's id. Each equals a plain build of
+  // that version's digests with that id.
   write_hex("all.txt", members);
-  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 2 --input all.txt -o want2.abf").status,
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 2 --catalog-id " + id +
+                " --input all.txt -o want2.abf")
+                .status,
             0);
-  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 1 --input first.txt -o want1.abf").status,
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 1 --catalog-id " + id +
+                " --input first.txt -o want1.abf")
+                .status,
             0);
   const CliRun latest = abf("build --from-catalog c.db -n 1000 -p 0.01 -o got2.abf");
   ASSERT_EQ(latest.status, 0) << latest.err;
@@ -124,8 +135,10 @@ TEST_F(ServiceCliTest, BuildFromCatalogEqualsABuildOfTheDigestsAtThatVersion) {
   EXPECT_NE(missing.status, 0);
   EXPECT_NE(missing.err.find("catalog_error"), std::string::npos) << missing.err;
   for (const char* name : {"small.abf", "f.abf", "m.abf"}) EXPECT_FALSE(fs::exists(path(name)));
-  // --input and --from-catalog exclude each other.
+  // --input and --from-catalog exclude each other; a catalog names its own id.
   EXPECT_EQ(abf("build --from-catalog c.db --input all.txt -n 1000 -p 0.01 -o x.abf").status, 2);
+  EXPECT_EQ(
+      abf("build --from-catalog c.db --catalog-id " + id + " -n 1000 -p 0.01 -o x.abf").status, 2);
 }
 
 TEST_F(ServiceCliTest, DedupPrintsExactlyTheDigestsNotInTheCatalog) {
@@ -281,8 +294,11 @@ TEST_F(DedupFailureTest, CorruptSnapshot) {
 }
 
 TEST_F(DedupFailureTest, SnapshotNewerThanTheCatalog) {
-  auto filter =
-      build_filter(test::member_digests(10), {.expected_item_count = 10, .target_fpp = 0.01}, 9);
+  auto catalog = SqliteCatalog::open(path("c.db"));
+  ASSERT_TRUE(catalog.has_value());
+  auto filter = build_filter(
+      test::member_digests(10), {.expected_item_count = 10, .target_fpp = 0.01},
+      BuildOptions{.catalog_version = 9, .catalog_id = *catalog->catalog_id(), .key = {}});
   ASSERT_TRUE(save_snapshot(*filter, path("v9.abf")).has_value());
   expect_clean_failure(
       abf("dedup -s v9.abf --db c.db -i good.txt -o new.txt --stats-json stats.json"),
@@ -302,6 +318,162 @@ TEST_F(DedupFailureTest, CatalogAddWithMalformedInputChangesNothing) {
   auto stats = abf("catalog stats --db c.db --json");
   ASSERT_EQ(stats.status, 0);
   EXPECT_EQ(nlohmann::json::parse(stats.out)["latestVersion"].get<std::uint64_t>(), 1u);
+}
+
+// ---- Catalog identity: issue 12 -------------------------------------------
+
+// The one line a refused dedup prints, with no output written.
+void expect_refused(const CliRun& run, const std::vector<std::string>& fragments) {
+  EXPECT_EQ(run.status, 1) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  for (const auto& fragment : fragments) {
+    EXPECT_NE(run.err.find(fragment), std::string::npos) << fragment << " in " << run.err;
+  }
+  EXPECT_EQ(run.out, "");
+}
+
+class CatalogIdentityCliTest : public ServiceCliTest {
+ protected:
+  // The reporter's setup: a catalog of 1,000 digests at version 1, and 1,000
+  // other digests in b.txt.
+  void SetUp() override {
+    ServiceCliTest::SetUp();
+    id_ = init_catalog("c.db");
+    members_ = test::member_digests(1000);
+    others_ = test::random_digests(1000, 12);
+    write_hex("a.txt", members_);
+    write_hex("b.txt", others_);
+    const CliRun added = abf("catalog add --db c.db --input a.txt");
+    ASSERT_EQ(added.status, 0) << added.err;
+    ASSERT_EQ(added.out, "1\n");
+  }
+  std::string id_;
+  std::vector<Digest> members_;
+  std::vector<Digest> others_;
+};
+
+// Issue 12 as reported: a snapshot built from another file of digests, of
+// no catalog, used to print all 1,000 catalog members as new (exit 0).
+TEST_F(CatalogIdentityCliTest, DedupRefusesTheReportersSnapshotOfNoCatalog) {
+  const CliRun built = abf("build -n 5000 -p 0.01 --catalog-version 1 -i b.txt -o foreign.abf");
+  ASSERT_EQ(built.status, 0) << built.err;
+  const std::string zero(32, '0');
+  expect_refused(abf("dedup -s foreign.abf --db c.db -i a.txt"),
+                 {"catalog_mismatch", "foreign.abf", id_, zero});
+  expect_refused(abf("dedup -s foreign.abf --db c.db -i a.txt -o new.txt --stats-json s.json"),
+                 {"catalog_mismatch", id_, zero});
+  EXPECT_FALSE(fs::exists(path("new.txt")));
+  EXPECT_FALSE(fs::exists(path("s.json")));
+  // --exact-only does not use the filter, but answers at the snapshot's
+  // version, which means nothing for another catalog: refused too.
+  expect_refused(abf("dedup -s foreign.abf --db c.db -i a.txt --exact-only"),
+                 {"catalog_mismatch", id_, zero});
+}
+
+TEST_F(CatalogIdentityCliTest, DedupRefusesASnapshotOfAnotherCatalog) {
+  // Named by --catalog-id, and built from another catalog database.
+  const std::string other = init_catalog("other.db");
+  ASSERT_NE(other, id_);
+  ASSERT_EQ(abf("catalog add --db other.db --input b.txt").status, 0);
+  ASSERT_EQ(abf("build --from-catalog other.db -n 5000 -p 0.01 -o other.abf").status, 0);
+  ASSERT_EQ(abf("build -n 5000 -p 0.01 --catalog-version 1 --catalog-id " + other +
+                " -i b.txt -o named.abf")
+                .status,
+            0);
+  for (const char* snapshot : {"other.abf", "named.abf"}) {
+    SCOPED_TRACE(snapshot);
+    expect_refused(abf(std::string("dedup -s ") + snapshot + " --db c.db -i a.txt -o new.txt"),
+                   {"catalog_mismatch", snapshot, id_, other});
+    EXPECT_FALSE(fs::exists(path("new.txt")));
+  }
+}
+
+// The fix for the reporter: the catalog's own snapshot dedups exactly.
+TEST_F(CatalogIdentityCliTest, DedupWithTheCatalogsOwnSnapshotIsExact) {
+  const CliRun built = abf("build --from-catalog c.db -n 5000 -p 0.01 -o own.abf");
+  ASSERT_EQ(built.status, 0) << built.err;
+  const CliRun known = abf("dedup -s own.abf --db c.db -i a.txt");
+  ASSERT_EQ(known.status, 0) << known.err;
+  EXPECT_EQ(known.out, "");
+  const CliRun fresh = abf("dedup -s own.abf --db c.db -i b.txt -o new.txt");
+  ASSERT_EQ(fresh.status, 0) << fresh.err;
+  EXPECT_EQ(test::read_file(path("new.txt")), test::read_file(path("b.txt")));
+  // The same digests with --catalog-id: the same snapshot, and accepted.
+  ASSERT_EQ(abf("build -n 5000 -p 0.01 --catalog-version 1 --catalog-id " + id_ +
+                " -i a.txt -o named.abf")
+                .status,
+            0);
+  EXPECT_EQ(test::read_file(path("named.abf")), test::read_file(path("own.abf")));
+  EXPECT_EQ(abf("dedup -s named.abf --db c.db -i a.txt").out, "");
+}
+
+TEST_F(CatalogIdentityCliTest, InitPrintsTheIdThatStatsAndSnapshotsCarry) {
+  auto catalog = SqliteCatalog::open(path("c.db"));
+  ASSERT_TRUE(catalog.has_value());
+  EXPECT_EQ(catalog->catalog_id()->hex(), id_);
+  const CliRun stats = abf("catalog stats --db c.db --json");
+  ASSERT_EQ(stats.status, 0) << stats.err;
+  const auto json = nlohmann::json::parse(stats.out);
+  EXPECT_EQ(json["catalogId"].get<std::string>(), id_);
+  EXPECT_EQ(json["schemaVersion"].get<int>(), kCatalogSchemaVersion);
+  const CliRun text = abf("catalog stats --db c.db");
+  EXPECT_NE(text.out.find("catalog id       " + id_), std::string::npos) << text.out;
+  ASSERT_EQ(abf("build --from-catalog c.db -n 5000 -p 0.01 -o own.abf").status, 0);
+  const CliRun inspect = abf("inspect --json own.abf");
+  ASSERT_EQ(inspect.status, 0) << inspect.err;
+  EXPECT_EQ(nlohmann::json::parse(inspect.out)["catalog_id"].get<std::string>(), id_);
+}
+
+TEST_F(ServiceCliTest, SchemaOneCatalogIsRefusedUntilUpgraded) {
+  test::create_schema_one_catalog(path("old.db"), 100);
+  const std::string before = test::read_file(path("old.db"));
+  write_hex("members.txt", test::member_digests(100));
+  // Read-only, it has no id yet: stats says so, builds and dedups refuse.
+  const CliRun stats = abf("catalog stats --db old.db --json");
+  ASSERT_EQ(stats.status, 0) << stats.err;
+  EXPECT_TRUE(nlohmann::json::parse(stats.out)["catalogId"].is_null()) << stats.out;
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["schemaVersion"].get<int>(), 1);
+  const CliRun build = abf("build --from-catalog old.db -n 100 -p 0.01 -o old.abf");
+  EXPECT_EQ(build.status, 1);
+  EXPECT_NE(build.err.find("catalog upgrade"), std::string::npos) << build.err;
+  EXPECT_FALSE(fs::exists(path("old.abf")));
+  ASSERT_EQ(abf("build -n 100 -p 0.01 --catalog-version 1 -i members.txt -o plain.abf").status, 0);
+  expect_refused(abf("dedup -s plain.abf --db old.db -i members.txt"),
+                 {"catalog_mismatch", "catalog upgrade"});
+  EXPECT_EQ(test::read_file(path("old.db")), before);
+  // `catalog upgrade` gives it an id; then it works as a new catalog.
+  const CliRun upgraded = abf("catalog upgrade --db old.db");
+  ASSERT_EQ(upgraded.status, 0) << upgraded.err;
+  ASSERT_EQ(upgraded.out.size(), 33u) << upgraded.out;
+  const std::string id = upgraded.out.substr(0, 32);
+  EXPECT_NE(upgraded.err.find("upgraded"), std::string::npos) << upgraded.err;
+  const CliRun again = abf("catalog upgrade --db old.db");
+  EXPECT_EQ(again.out, upgraded.out);
+  EXPECT_NE(again.err.find("already"), std::string::npos) << again.err;
+  ASSERT_EQ(abf("build --from-catalog old.db -n 100 -p 0.01 -o old.abf").status, 0);
+  const CliRun dedup = abf("dedup -s old.abf --db old.db -i members.txt");
+  ASSERT_EQ(dedup.status, 0) << dedup.err;
+  EXPECT_EQ(dedup.out, "");
+  EXPECT_EQ(nlohmann::json::parse(abf("inspect --json old.abf").out)["catalog_id"], id);
+}
+
+TEST_F(CatalogIdentityCliTest, KeyedSnapshotDedupsOnlyWithItsKey) {
+  const test::VectorKey key = test::golden_key();
+  test::write_private_file(path("k.key"), key.hex + "\n");
+  test::write_private_file(path("other.key"), test::other_key().hex + "\n");
+  const CliRun built = abf("build --from-catalog c.db -n 5000 -p 0.01 --key-file k.key -o k.abf");
+  ASSERT_EQ(built.status, 0) << built.err;
+  const CliRun fresh = abf("dedup -s k.abf --db c.db -i b.txt --key-file k.key");
+  ASSERT_EQ(fresh.status, 0) << fresh.err;
+  EXPECT_EQ(fresh.out, test::read_file(path("b.txt")));
+  EXPECT_EQ(abf("dedup -s k.abf --db c.db -i a.txt --key-file k.key").out, "");
+  expect_refused(abf("dedup -s k.abf --db c.db -i a.txt -o new.txt"), {"key_required"});
+  expect_refused(abf("dedup -s k.abf --db c.db -i a.txt -o new.txt --key-file other.key"),
+                 {"key_mismatch"});
+  EXPECT_FALSE(fs::exists(path("new.txt")));
+  for (const CliRun& run : {built, fresh}) {
+    EXPECT_EQ((run.out + run.err).find(key.hex), std::string::npos);
+  }
 }
 
 }  // namespace
