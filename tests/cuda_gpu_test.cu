@@ -562,9 +562,9 @@ TEST_F(CudaGpuTest, LibraryBuildWithTheCudaBackendMatchesScalar) {
   ASSERT_TRUE(std::ranges::equal(streamed->words(), reference->words()));
 }
 
-// Releasing the cached buffers mid-stream frees the uploaded copy and the
-// spare lane; later queries and builds upload and allocate afresh and
-// still answer as scalar.
+// Releasing the cached buffers mid-stream frees the spare lane and the idle
+// staging sets (the filter keeps its device copy); later queries and builds
+// allocate afresh and still answer as scalar.
 TEST_F(CudaGpuTest, QueriesAndBuildsMatchScalarAfterTheCachesAreReleased) {
   const auto members = test::member_digests(20000);
   const BloomSpec spec{20000, 0.01};
@@ -575,7 +575,7 @@ TEST_F(CudaGpuTest, QueriesAndBuildsMatchScalarAfterTheCachesAreReleased) {
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     std::vector<Answer> answers(queries.size(), Answer{0xee});
-    ABF_ASSERT_OK(reference->query(queries, answers, Backend::kCuda));  // uploads, or reuses
+    ABF_ASSERT_OK(reference->query(queries, answers, Backend::kCuda));  // the first uploads
     EXPECT_EQ(answers, expected);
     auto built = build_filter(members, spec, 0, Backend::kCuda);  // a fresh or the spare lane
     ABF_ASSERT_OK(built);

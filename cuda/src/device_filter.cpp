@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -238,8 +240,8 @@ void over_pieces(std::size_t bytes, const Body& body) {
     body(std::size_t{0}, bytes);
     return;
   }
-  // Isolated: the caller holds the pipeline's mutex, and a thread waiting in
-  // this loop must not pick up an outer task that would take it again.
+  // Isolated: a thread waiting in this loop must not pick up an outer task
+  // (another pipeline, say) and leave this one's streams idle behind it.
   tbb::this_task_arena::isolate([&] {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (bytes + kPiece - 1) / kPiece),
                       [&](const tbb::blocked_range<std::size_t>& pieces) {
@@ -285,32 +287,23 @@ HostMemory kind_of(const void* pointer) {
   }
 }
 
-}  // namespace
-
-struct DeviceFilter::Impl {
+// One pipeline's streams and buffers: kStreams slots, each with pinned and
+// device buffers for one chunk, on one device.
+struct Staging {
   int device = 0;
-  int sm_count = 0;
-  Scheme scheme;
-  std::uint64_t* words = nullptr;  // device memory, bit_count / 8 bytes
-
-  std::mutex staging_mutex;  // one host-memory pipeline at a time
   std::size_t chunk_capacity = 0;
   std::array<Slot, kStreams> slots{};
 
-  Impl() = default;
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
+  explicit Staging(int on_device) : device(on_device) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
 
-  ~Impl() {
+  ~Staging() {
     detail::DeviceGuard guard(device);
-    release_staging();
-    if (words != nullptr) (void)cudaFree(words);
+    release();
   }
 
-  std::size_t bytes() const { return scheme.bit_count() / 8; }
-  std::size_t word_count() const { return scheme.bit_count() / 64; }
-
-  void release_staging() {
+  void release() {
     for (Slot& slot : slots) {
       if (slot.stream != nullptr) (void)cudaStreamSynchronize(slot.stream);
       if (slot.pinned_in != nullptr) (void)cudaFreeHost(slot.pinned_in);
@@ -323,13 +316,13 @@ struct DeviceFilter::Impl {
     chunk_capacity = 0;
   }
 
-  // Staging for chunks of min(count, kChunkDigests) digests (rounded up to
+  // Buffers for chunks of min(count, kChunkDigests) digests (rounded up to
   // 4096, so a run of small batches does not reallocate every time).
-  Result<void> ensure_staging(std::size_t count) {
+  Result<void> ensure(std::size_t count) {
     const std::size_t wanted =
         std::min(kChunkDigests, (std::max<std::size_t>(count, 1) + 4095) / 4096 * 4096);
     if (chunk_capacity >= wanted) return {};
-    release_staging();
+    release();
     const std::size_t in_bytes = wanted * sizeof(Digest);
     const std::size_t out_bytes = wanted * sizeof(Answer);
     for (std::size_t s = 0; s < kStreams; ++s) {
@@ -352,7 +345,7 @@ struct DeviceFilter::Impl {
         r = check(cudaMalloc(reinterpret_cast<void**>(&slot.device_out), out_bytes),
                   "cudaMalloc (" + detail::mib(out_bytes) + " of device answers" + which + ")");
       if (!r) {
-        release_staging();
+        release();
         return r;
       }
     }
@@ -384,13 +377,97 @@ struct DeviceFilter::Impl {
       slot.busy = false;
     }
   }
+};
+
+// The staging sets no call is using, kept for the next host-memory call on
+// their device. A call borrows one for its length (BorrowedStaging), so
+// calls running at once, on one filter or on several, each have their own,
+// and the pool holds as many sets as calls ever ran at once, not one per
+// filter: a process querying many filters on the GPU, each with its own
+// device copy, pins no more host memory for it. Leaked on purpose, like the
+// engine's caches: freeing CUDA memory from a static destructor races the
+// runtime's own teardown.
+struct StagingPool {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Staging>> idle;
+};
+
+StagingPool& staging_pool() {
+  static auto* pool = new StagingPool;
+  return *pool;
+}
+
+class BorrowedStaging {
+ public:
+  // The set of `device` returned last (its buffers are the likeliest to be
+  // large enough already), or a new, empty one.
+  explicit BorrowedStaging(int device) {
+    StagingPool& pool = staging_pool();
+    {
+      std::lock_guard lock(pool.mutex);
+      for (std::size_t i = pool.idle.size(); i-- > 0;) {
+        if (pool.idle[i]->device == device) {
+          staging_ = std::move(pool.idle[i]);
+          pool.idle.erase(pool.idle.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
+    if (!staging_) staging_ = std::make_unique<Staging>(device);
+  }
+  ~BorrowedStaging() {
+    StagingPool& pool = staging_pool();
+    std::lock_guard lock(pool.mutex);
+    pool.idle.push_back(std::move(staging_));
+  }
+  BorrowedStaging(const BorrowedStaging&) = delete;
+  BorrowedStaging& operator=(const BorrowedStaging&) = delete;
+
+  Staging& operator*() const noexcept { return *staging_; }
+  Staging* operator->() const noexcept { return staging_.get(); }
+
+ private:
+  std::unique_ptr<Staging> staging_;
+};
+
+}  // namespace
+
+void release_idle_staging() noexcept {
+  std::vector<std::unique_ptr<Staging>> idle;
+  {
+    StagingPool& pool = staging_pool();
+    std::lock_guard lock(pool.mutex);
+    idle.swap(pool.idle);
+  }
+  // Freed outside the lock: each waits for its streams.
+}
+
+struct DeviceFilter::Impl {
+  int device = 0;
+  int sm_count = 0;
+  Scheme scheme;
+  std::uint64_t* words = nullptr;  // device memory, bit_count / 8 bytes
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  ~Impl() {
+    detail::DeviceGuard guard(device);
+    if (words != nullptr) (void)cudaFree(words);
+  }
+
+  std::size_t bytes() const { return scheme.bit_count() / 8; }
+  std::size_t word_count() const { return scheme.bit_count() / 64; }
 
   // host_words |= the device bitset, a staging buffer's worth per chunk:
   // the copy of one chunk overlaps the OR of the one before.
-  Result<void> or_into_host(std::uint64_t* host_words) {
-    std::lock_guard lock(staging_mutex);
-    if (auto r = ensure_staging(kChunkDigests); !r) return r;
-    const std::size_t chunk_words = chunk_capacity * sizeof(Digest) / sizeof(std::uint64_t);
+  Result<void> or_into_host(std::uint64_t* host_words) const {
+    BorrowedStaging staging(device);
+    if (auto r = staging->ensure(kChunkDigests); !r) return r;
+    auto& slots = staging->slots;
+    const std::size_t chunk_words =
+        staging->chunk_capacity * sizeof(Digest) / sizeof(std::uint64_t);
     const std::size_t total = word_count();
     auto finish = [&](Slot& slot) -> Result<void> {
       if (!slot.busy) return {};
@@ -424,12 +501,12 @@ struct DeviceFilter::Impl {
       }
     }
     for (std::size_t s = 0; r && s < kStreams; ++s) r = finish(slots[(next + s) % kStreams]);
-    if (!r) abandon();
+    if (!r) staging->abandon();
     return r;
   }
 
   // The pipeline: query (answers != nullptr) or insert (answers == nullptr).
-  Result<void> run_host(const Digest* digests, std::size_t count, Answer* answers) {
+  Result<void> run_host(const Digest* digests, std::size_t count, Answer* answers) const {
     if (count == 0) return {};
     const HostMemory in_kind = kind_of(digests);
     const HostMemory out_kind = answers != nullptr ? kind_of(answers) : HostMemory::kPinned;
@@ -438,8 +515,10 @@ struct DeviceFilter::Impl {
                   "CUDA backend: the host-memory query got a device pointer; use "
                   "query_device / insert_device for device-resident digests");
     }
-    std::lock_guard lock(staging_mutex);
-    if (auto r = ensure_staging(count); !r) return r;
+    BorrowedStaging staging(device);
+    if (auto r = staging->ensure(count); !r) return r;
+    auto& slots = staging->slots;
+    const std::size_t chunk_capacity = staging->chunk_capacity;
     const DeviceFilterView query_view = cuda::make_view(words, scheme.probe());
     const DeviceBuildView build_view = cuda::make_build_view(words, scheme.probe());
     std::size_t next = 0;
@@ -448,7 +527,7 @@ struct DeviceFilter::Impl {
       const std::size_t n = std::min(chunk_capacity, count - offset);
       const std::string where =
           " (chunk of " + std::to_string(n) + " digests at " + std::to_string(offset) + ")";
-      Result<void> r = drain(slot, answers);
+      Result<void> r = staging->drain(slot, answers);
       const Digest* source = digests + offset;
       if (r && in_kind == HostMemory::kPageable) {
         stage(slot.pinned_in, source, n * sizeof(Digest));
@@ -474,7 +553,7 @@ struct DeviceFilter::Impl {
                   "copying answers to the host" + where);
       }
       if (!r) {
-        abandon();
+        staging->abandon();
         return r;
       }
       slot.busy = true;
@@ -484,9 +563,9 @@ struct DeviceFilter::Impl {
     }
     Result<void> result;
     for (Slot& slot : slots) {
-      if (auto r = drain(slot, answers); !r && result) result = r;
+      if (auto r = staging->drain(slot, answers); !r && result) result = r;
     }
-    if (!result) abandon();
+    if (!result) staging->abandon();
     return result;
   }
 };

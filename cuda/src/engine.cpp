@@ -45,8 +45,9 @@ namespace {
 // A filter's device copy is attached to the filter (FilterAccess), made by
 // its first CUDA query and freed with its last copy: a stream of batches
 // against one filter uploads it once, and filters queried from different
-// threads each use their own copy and staging, so they run on the GPU at
-// once. The copy can never outlive or mistake its filter's bits.
+// threads each use their own copy (and every call its own staging), so they
+// run on the GPU at once. The copy can never outlive or mistake its
+// filter's bits.
 Result<void> query(const Filter& filter, std::span<const Digest> digests,
                    std::span<Answer> answers) {
   if (auto r = require_device(); !r) return r;
@@ -63,11 +64,10 @@ Result<void> query(const Filter& filter, std::span<const Digest> digests,
 
 // --- Builds --------------------------------------------------------------------
 
-// The device bitset (with its pinned staging) of the last CUDA build that
-// ended, kept for the next build of the same scheme: a service rebuilding
-// its filter, or a benchmark, pays the allocations once. Leaked on purpose:
-// destroying device memory from a static destructor races the CUDA
-// runtime's own teardown.
+// The device bitset of the last CUDA build that ended, kept for the next
+// build of the same scheme: a service rebuilding its filter, or a benchmark,
+// pays the allocation once. Leaked on purpose: destroying device memory from
+// a static destructor races the CUDA runtime's own teardown.
 struct LaneCache {
   std::mutex mutex;
   std::optional<cuda::DeviceFilter> spare;
@@ -130,9 +130,12 @@ Result<std::unique_ptr<BuildLane>> open_lane(const Scheme& scheme, std::uint64_t
 }
 
 void release_caches() noexcept {
-  LaneCache& cache = lane_cache();
-  const std::lock_guard lock(cache.mutex);
-  cache.spare.reset();
+  {
+    LaneCache& cache = lane_cache();
+    const std::lock_guard lock(cache.mutex);
+    cache.spare.reset();
+  }
+  cuda::release_idle_staging();
 }
 
 }  // namespace

@@ -76,9 +76,9 @@ Result<void> insert_async(const DeviceBuildView& view, const Digest* device_dige
 
 // A filter's bitset in device memory, on the device current when it was
 // made, and the scheme its bits are placed by (layout, protocol, key).
-// Move-only; frees its device and pinned memory when destroyed. Methods may be
-// called from any thread; the host-memory paths share one set of staging
-// buffers and run one at a time.
+// Move-only; frees its device memory when destroyed. Methods may be called
+// from any thread, at once: each host-memory call borrows its own staging
+// (below) for its length.
 class DeviceFilter {
  public:
   // Uploads a filter's bits (m / 8 bytes) once; the copy keeps the filter's
@@ -125,9 +125,11 @@ class DeviceFilter {
   // --- Digests and answers in host memory -----------------------------------
   // Pipelined: chunks of up to 2^19 digests (16 MiB) go round four streams, so
   // the copy-in of one chunk, the kernel of another and the copy-out of a
-  // third overlap. Pageable memory is staged through pinned buffers; memory
-  // already pinned (cudaHostAlloc, cudaHostRegister) is copied directly,
-  // which is the fastest path. `answers` must be as long as `digests`.
+  // third overlap. The streams and their buffers are a staging set borrowed
+  // from a process-wide pool for the call and returned after it (see
+  // release_idle_staging). Pageable memory is staged through pinned buffers;
+  // memory already pinned (cudaHostAlloc, cudaHostRegister) is copied
+  // directly, which is the fastest path. `answers` must be as long as `digests`.
   // Returns when every answer is written.
   Result<void> query_host(std::span<const Digest> digests, std::span<Answer> answers) const;
   // One copy-in, kernel and copy-out in `stream`, device scratch from the
@@ -157,5 +159,13 @@ class DeviceFilter {
   explicit DeviceFilter(std::unique_ptr<Impl> impl) noexcept;
   std::unique_ptr<Impl> impl_;
 };
+
+// The host-memory paths (query_host, insert_host, or_into) borrow a staging
+// set (four streams, each with pinned and device buffers for one chunk: up to
+// 66 MiB pinned and 66 MiB of device memory) from a process-wide pool and
+// give it back when they return, so the pool holds as many sets as such calls
+// ever ran at once, whatever the number of filters. This frees the sets no
+// call is using now; abf::release_cached_buffers() calls it. Thread-safe.
+void release_idle_staging() noexcept;
 
 }  // namespace abf::cuda
