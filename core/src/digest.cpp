@@ -112,37 +112,131 @@ Result<Digest> parse_hex_digest(std::string_view hex) {
 
 bool is_blank_line(std::string_view line) noexcept { return trim(line).empty(); }
 
+namespace {
+
+std::string line_prefix(std::uint64_t line_number) {
+  return "line " + std::to_string(line_number) + ": ";
+}
+
+// Whether `name`, as an escaped sha256sum line writes it, unescapes: GNU
+// coreutils 9.1 (md5sum.c filename_unescape) allows only \\, \n and \r.
+bool valid_escaped_name(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name[i] != '\\') continue;
+    if (++i == name.size()) return false;  // a trailing lone backslash
+    if (name[i] != '\\' && name[i] != 'n' && name[i] != 'r') return false;
+  }
+  return true;
+}
+
+// The hex of a sha256sum --tag line: `SHA256 (<name>) = <hex>` (also without
+// the spaces), `text` starting after "SHA256". The name ends at the last ')',
+// as GNU's bsd_split_3 has it, so it may hold ')' and " = " itself.
+Result<std::string_view> tag_line_hex(std::string_view text, bool escaped,
+                                      std::uint64_t line_number) {
+  if (text.starts_with(' ')) text.remove_prefix(1);
+  const auto close = text.rfind(')');
+  if (!text.starts_with('(') || close == std::string_view::npos) {
+    return fail(ErrorCode::kInvalidDigest, line_prefix(line_number) +
+                                               "expected a sha256sum --tag line, "
+                                               "SHA256 (<name>) = <digest> ('" +
+                                               excerpt(text) + "')");
+  }
+  if (escaped && !valid_escaped_name(text.substr(1, close - 1))) {
+    return fail(ErrorCode::kInvalidDigest,
+                line_prefix(line_number) +
+                    "the escaped name of a sha256sum --tag line has a backslash not followed by "
+                    "\\, n or r");
+  }
+  std::string_view rest = trim(text.substr(close + 1));
+  if (!rest.starts_with('=')) {
+    return fail(ErrorCode::kInvalidDigest, line_prefix(line_number) +
+                                               "expected ' = <digest>' after the name of a "
+                                               "sha256sum --tag line ('" +
+                                               excerpt(rest) + "')");
+  }
+  return trim(rest.substr(1));
+}
+
+}  // namespace
+
 Result<Digest> parse_digest_line(std::string_view line, std::uint64_t line_number) {
   std::string_view text = trim(line);
-  // A sha256sum line: the digest, a space, then ' ' (text mode) or '*'
-  // (binary mode), then the name. The name may contain anything.
-  if (const auto space = text.find_first_of(" \t"); space != std::string_view::npos) {
+  // GNU sha256sum starts a line with a backslash when it escaped the name
+  // (one holding a backslash, a newline or a carriage return).
+  const bool escaped = text.starts_with('\\');
+  if (escaped) text.remove_prefix(1);
+  if (text.starts_with("SHA256 (") || text.starts_with("SHA256(")) {
+    auto hex = tag_line_hex(text.substr(6), escaped, line_number);
+    if (!hex) return std::unexpected(hex.error());
+    text = *hex;
+  } else if (const auto space = text.find_first_of(" \t"); space != std::string_view::npos) {
+    // A sha256sum line: the digest, a space, then ' ' (text mode) or '*'
+    // (binary mode), then the name. The name may contain anything.
     const std::string_view rest = text.substr(space);
     const bool sha256sum_form = space == Digest::kSize * 2 && rest.size() >= 3 && rest[0] == ' ' &&
                                 (rest[1] == ' ' || rest[1] == '*');
     if (!sha256sum_form) {
       return fail(ErrorCode::kInvalidDigest,
-                  "line " + std::to_string(line_number) +
-                      ": expected a digest, sha256:<digest> or a sha256sum line ('" +
+                  line_prefix(line_number) +
+                      "expected a digest, sha256:<digest>, a sha256sum line or a sha256sum --tag "
+                      "line ('" +
                       excerpt(text) + "')");
     }
+    if (escaped && !valid_escaped_name(rest.substr(2))) {
+      return fail(ErrorCode::kInvalidDigest,
+                  line_prefix(line_number) +
+                      "the escaped name of a sha256sum line has a backslash not followed by \\, "
+                      "n or r");
+    }
     text = text.substr(0, space);
-  }
-  if (const auto colon = text.find(':'); colon != std::string_view::npos) {
+  } else if (escaped) {
+    return fail(ErrorCode::kInvalidDigest,
+                line_prefix(line_number) +
+                    "a line starting with '\\' is an escaped sha256sum line and needs a name ('\\" +
+                    excerpt(text) + "')");
+  } else if (const auto colon = text.find(':'); colon != std::string_view::npos) {
     const std::string_view algorithm = text.substr(0, colon);
     if (algorithm != "sha256") {
-      return fail(ErrorCode::kInvalidDigest, "line " + std::to_string(line_number) +
-                                                 ": unsupported digest algorithm '" +
+      return fail(ErrorCode::kInvalidDigest, line_prefix(line_number) +
+                                                 "unsupported digest algorithm '" +
                                                  excerpt(algorithm) + "' (only sha256)");
     }
     text.remove_prefix(colon + 1);
   }
   auto digest = parse_hex_digest(text);
   if (!digest) {
-    return fail(ErrorCode::kInvalidDigest,
-                "line " + std::to_string(line_number) + ": " + digest.error().message);
+    return fail(ErrorCode::kInvalidDigest, line_prefix(line_number) + digest.error().message);
   }
   return digest;
+}
+
+std::string sha256sum_line(const Digest& digest, std::string_view name) {
+  // GNU coreutils 9.1 (md5sum.c print_filename): a name holding a
+  // backslash, newline or carriage return is written with each of those as
+  // \\, \n or \r, and the line starts with a backslash.
+  const bool escape = name.find_first_of("\\\n\r") != std::string_view::npos;
+  std::string line;
+  line.reserve(Digest::kSize * 2 + name.size() + 4);
+  if (escape) line += '\\';
+  line.resize(line.size() + Digest::kSize * 2);
+  write_hex(digest, line.data() + (escape ? 1 : 0));
+  line += "  ";
+  for (const char c : name) {
+    if (!escape) {
+      line += c;
+    } else if (c == '\\') {
+      line += "\\\\";
+    } else if (c == '\n') {
+      line += "\\n";
+    } else if (c == '\r') {
+      line += "\\r";
+    } else {
+      line += c;
+    }
+  }
+  line += '\n';
+  return line;
 }
 
 Digest sha256(std::span<const std::uint8_t> bytes) {

@@ -43,9 +43,25 @@ Result<Digest> parse_hex_digest(std::string_view hex);
 //   <64 hex>                   a bare digest
 //   sha256:<64 hex>            the OCI digest form
 //   <64 hex>  <name>           a sha256sum line (also "<64 hex> *<name>")
-// `line_number` (1-based) goes into the error message. Blank lines are the
-// caller's business: see `is_blank_line`.
+//   \<64 hex>  <name>          a sha256sum line whose name is escaped (GNU
+//                              coreutils writes a name holding a backslash,
+//                              newline or carriage return as \\, \n, \r and
+//                              starts the line with a backslash); any other
+//                              backslash sequence in the name is refused
+//   SHA256 (<name>) = <64 hex> a `sha256sum --tag` line (the spaces around
+//                              "(" and "=" optional, as GNU reads it; the name
+//                              ends at the last ')'), escaped with a leading
+//                              backslash the same way
+// The name is not kept. `line_number` (1-based) goes into the error message.
+// Blank lines are the caller's business: see `is_blank_line`.
 Result<Digest> parse_digest_line(std::string_view line, std::uint64_t line_number);
+
+// The line `sha256sum` (GNU coreutils 9.1) prints for a file `name` with
+// this digest, newline included: `<hex>  <name>`; when the name holds a
+// backslash, newline or carriage return, those are written as the two
+// characters \\, \n and \r and the line starts with a backslash. `sha256sum -c`
+// reads it back, and so does parse_digest_line.
+std::string sha256sum_line(const Digest& digest, std::string_view name);
 
 // True for an empty line or one of spaces, tabs and '\r' only.
 bool is_blank_line(std::string_view line) noexcept;
