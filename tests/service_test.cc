@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -442,18 +445,23 @@ TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
   EXPECT_DOUBLE_EQ(m.estimated_fpp, filter.estimate_false_positive_rate());
   EXPECT_GE(m.age_seconds, 0.0);
 
+  // Prometheus names (counters _total, no gauge _count, ratios _ratio);
+  // the dotted names of section 9 stay the JSON keys below.
   const std::string text = to_prometheus(m);
   for (const char* name :
-       {"artifact_bloom_bit_count ", "artifact_bloom_hash_count ",
-        "artifact_bloom_expected_item_count ", "artifact_bloom_inserted_item_count ",
-        "artifact_bloom_fill_ratio ", "artifact_bloom_estimated_fpp ",
-        "artifact_bloom_negative_count ", "artifact_bloom_maybe_count ",
-        "artifact_bloom_false_positive_count ", "artifact_bloom_catalog_version ",
-        "artifact_bloom_snapshot_age_seconds ", "artifact_bloom_snapshot_load_failure_count "}) {
+       {"artifact_bloom_bits ", "artifact_bloom_hash_functions ", "artifact_bloom_expected_items ",
+        "artifact_bloom_inserted_items ", "artifact_bloom_fill_ratio ",
+        "artifact_bloom_estimated_false_positive_ratio ",
+        "artifact_bloom_target_false_positive_ratio ", "artifact_bloom_negative_total ",
+        "artifact_bloom_maybe_total ", "artifact_bloom_false_positive_total ",
+        "artifact_bloom_catalog_version ", "artifact_bloom_snapshot_age_seconds ",
+        "artifact_bloom_snapshot_load_failure_total ", "artifact_bloom_query_total ",
+        "artifact_bloom_negative_bypass_ratio ", "artifact_bloom_observed_false_positive_ratio ",
+        "artifact_bloom_false_discovery_ratio "}) {
     EXPECT_NE(text.find(std::string("\n") + name), std::string::npos) << name;
   }
-  EXPECT_NE(text.find("# TYPE artifact_bloom_negative_count counter\n"), std::string::npos);
-  EXPECT_NE(text.find("\nartifact_bloom_negative_count " + std::to_string(negative) + "\n"),
+  EXPECT_NE(text.find("# TYPE artifact_bloom_negative_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("\nartifact_bloom_negative_total " + std::to_string(negative) + "\n"),
             std::string::npos);
   EXPECT_EQ(text.find("artifact_bloom."), std::string::npos);  // no dots in names
 
@@ -466,6 +474,49 @@ TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
   EXPECT_DOUBLE_EQ(json["derived"]["negativeBypassRatio"].get<double>(), m.negative_bypass_ratio());
   EXPECT_DOUBLE_EQ(json["derived"]["observedFalsePositiveRate"].get<double>(),
                    m.observed_false_positive_rate());
+}
+
+// The exposition follows Prometheus' naming rules (as `promtool check
+// metrics` lints them) for every metric: a valid name, HELP and TYPE before
+// the one sample, counters ending in _total, no other metric ending in
+// _total, _count, _sum or _bucket, and every counter of the JSON (dotted)
+// there under its own name.
+TEST(ServiceTest, PrometheusNamesFollowTheNamingConventions) {
+  MetricsSnapshot m;
+  for (std::size_t i = 0; i < kCounterCount; ++i) m.counters[i] = i + 1;
+  const std::string text = to_prometheus(m);
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<std::string> names;
+  while (std::getline(lines, line)) {
+    ASSERT_TRUE(line.starts_with("# HELP ")) << line;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    std::string type_line;
+    std::string sample;
+    ASSERT_TRUE(std::getline(lines, type_line) && std::getline(lines, sample)) << name;
+    const bool counter = type_line == "# TYPE " + name + " counter";
+    EXPECT_TRUE(counter || type_line == "# TYPE " + name + " gauge") << type_line;
+    EXPECT_TRUE(sample.starts_with(name + " ")) << sample;
+    EXPECT_TRUE(std::regex_match(name, std::regex("[a-zA-Z_:][a-zA-Z0-9_:]*"))) << name;
+    EXPECT_EQ(counter, name.ends_with("_total")) << name;
+    for (const char* reserved : {"_count", "_sum", "_bucket"}) {
+      EXPECT_FALSE(name.ends_with(reserved)) << name;
+    }
+    EXPECT_TRUE(name.starts_with("artifact_bloom_")) << name;
+    names.push_back(name);
+  }
+  EXPECT_EQ(names.size(), kCounterCount + 12);
+  const auto json = nlohmann::json::parse(to_json(m));
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    const std::string dotted(counter_name(static_cast<Counter>(i)));
+    ASSERT_TRUE(dotted.ends_with(".count")) << dotted;
+    EXPECT_EQ(json["counters"][dotted].get<std::uint64_t>(), i + 1) << dotted;
+    // artifact_bloom.snapshot.load_failure.count: artifact_bloom_snapshot_load_failure_total
+    std::string name = dotted.substr(0, dotted.size() - 6) + "_total";
+    std::replace(name.begin(), name.end(), '.', '_');
+    EXPECT_NE(text.find("\n" + name + " " + std::to_string(i + 1) + "\n"), std::string::npos)
+        << name;
+  }
 }
 
 TEST(ServiceTest, RatiosWithNothingCountedAreZero) {

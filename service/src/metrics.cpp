@@ -1,7 +1,6 @@
 // Sharded counters and their Prometheus / JSON exposition.
 #include "abf/service/metrics.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -22,6 +21,20 @@ constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "artifact_bloom.invalid_digest.count",
     "artifact_bloom.snapshot.load_failure.count",
     "artifact_bloom.snapshot.publish.count",
+};
+
+// The Prometheus names (https://prometheus.io/docs/practices/naming/): a
+// counter ends in _total. The dotted names above stay the JSON keys.
+constexpr std::array<std::string_view, kCounterCount> kCounterPrometheusNames = {
+    "artifact_bloom_query_total",
+    "artifact_bloom_negative_total",
+    "artifact_bloom_maybe_total",
+    "artifact_bloom_false_positive_total",
+    "artifact_bloom_exact_lookup_total",
+    "artifact_bloom_filter_bypass_total",
+    "artifact_bloom_invalid_digest_total",
+    "artifact_bloom_snapshot_load_failure_total",
+    "artifact_bloom_snapshot_publish_total",
 };
 
 constexpr std::array<std::string_view, kCounterCount> kCounterHelp = {
@@ -48,12 +61,6 @@ std::size_t shard_index() noexcept {
   return index;
 }
 
-std::string prometheus_name(std::string_view dotted) {
-  std::string name(dotted);
-  std::ranges::replace(name, '.', '_');
-  return name;
-}
-
 std::string format_number(double value) {
   if (std::isnan(value)) return "NaN";
   char buffer[64];
@@ -62,35 +69,47 @@ std::string format_number(double value) {
 }
 
 struct Gauge {
-  std::string_view name;
+  std::string_view name;  // Prometheus: no _count (a histogram's suffix), ratios _ratio
   std::string_view help;
   double value;
 };
 
+// Beside each, the spec's dotted name (section 9), which to_json keeps.
 std::vector<Gauge> gauges(const MetricsSnapshot& m) {
   return {
-      {"artifact_bloom.bit_count", "Bits m of the serving filter.",
-       static_cast<double>(m.bit_count)},
-      {"artifact_bloom.hash_count", "Probes k of the serving filter.",
+      // artifact_bloom.bit_count
+      {"artifact_bloom_bits", "Bits m of the serving filter.", static_cast<double>(m.bit_count)},
+      // artifact_bloom.hash_count
+      {"artifact_bloom_hash_functions", "Probes k of the serving filter.",
        static_cast<double>(m.hash_count)},
-      {"artifact_bloom.expected_item_count", "Design capacity n of the serving filter.",
+      // artifact_bloom.expected_item_count
+      {"artifact_bloom_expected_items", "Design capacity n of the serving filter.",
        static_cast<double>(m.expected_item_count)},
-      {"artifact_bloom.inserted_item_count", "Digests inserted in the serving filter.",
+      // artifact_bloom.inserted_item_count
+      {"artifact_bloom_inserted_items", "Digests inserted in the serving filter.",
        static_cast<double>(m.inserted_item_count)},
-      {"artifact_bloom.catalog_version", "Catalog version of the serving snapshot.",
+      // artifact_bloom.catalog_version
+      {"artifact_bloom_catalog_version", "Catalog version of the serving snapshot.",
        static_cast<double>(m.catalog_version)},
-      {"artifact_bloom.fill_ratio", "Set bits / m of the serving filter.", m.fill_ratio},
-      {"artifact_bloom.estimated_fpp", "Modeled false-positive rate at the inserted count.",
-       m.estimated_fpp},
-      {"artifact_bloom.target_fpp", "Design false-positive rate of the serving filter.",
-       m.target_fpp},
-      {"artifact_bloom.snapshot.age_seconds", "Seconds since the serving snapshot was published.",
+      // artifact_bloom.fill_ratio
+      {"artifact_bloom_fill_ratio", "Set bits / m of the serving filter.", m.fill_ratio},
+      // artifact_bloom.estimated_fpp
+      {"artifact_bloom_estimated_false_positive_ratio",
+       "Modeled false-positive rate at the inserted count.", m.estimated_fpp},
+      // artifact_bloom.target_fpp
+      {"artifact_bloom_target_false_positive_ratio",
+       "Design false-positive rate of the serving filter.", m.target_fpp},
+      // artifact_bloom.snapshot.age_seconds
+      {"artifact_bloom_snapshot_age_seconds", "Seconds since the serving snapshot was published.",
        m.age_seconds},
-      {"artifact_bloom.negative_bypass_ratio", "negative / total queries.",
+      // negativeBypassRatio
+      {"artifact_bloom_negative_bypass_ratio", "negative / total queries.",
        m.negative_bypass_ratio()},
-      {"artifact_bloom.observed_false_positive_rate",
+      // observedFalsePositiveRate
+      {"artifact_bloom_observed_false_positive_ratio",
        "false_positive / (negative + false_positive).", m.observed_false_positive_rate()},
-      {"artifact_bloom.false_discovery_ratio", "false_positive / maybe.",
+      // falseDiscoveryRatio
+      {"artifact_bloom_false_discovery_ratio", "false_positive / maybe.",
        m.false_discovery_ratio()},
   };
 }
@@ -153,13 +172,13 @@ MetricsSnapshot Metrics::collect(const Snapshot* current) const {
 std::string to_prometheus(const MetricsSnapshot& metrics) {
   std::string out;
   for (std::size_t i = 0; i < kCounterCount; ++i) {
-    const std::string name = prometheus_name(kCounterNames[i]);
+    const std::string name(kCounterPrometheusNames[i]);
     out += "# HELP " + name + " " + std::string(kCounterHelp[i]) + "\n";
     out += "# TYPE " + name + " counter\n";
     out += name + " " + std::to_string(metrics.counters[i]) + "\n";
   }
   for (const Gauge& gauge : gauges(metrics)) {
-    const std::string name = prometheus_name(gauge.name);
+    const std::string name(gauge.name);
     out += "# HELP " + name + " " + std::string(gauge.help) + "\n";
     out += "# TYPE " + name + " gauge\n";
     out += name + " " + format_number(gauge.value) + "\n";

@@ -60,10 +60,15 @@ struct MetricsSnapshot {
 };
 
 // Prometheus text exposition format 0.0.4: one `# HELP`, `# TYPE` and sample
-// line per metric, dots in names replaced by underscores
-// (artifact_bloom_negative_count). Ratios are gauges named
-// artifact_bloom_negative_bypass_ratio, _observed_false_positive_rate and
-// _false_discovery_ratio.
+// line per metric, named by Prometheus' conventions rather than the dotted
+// names: counters end in _total (artifact_bloom.negative.count is
+// artifact_bloom_negative_total), no gauge ends in _count (a histogram's
+// suffix: artifact_bloom_bits, _hash_functions, _expected_items,
+// _inserted_items), values in 0..1 end in _ratio (_fill_ratio,
+// _estimated_false_positive_ratio, _target_false_positive_ratio and the
+// derived _negative_bypass_ratio, _observed_false_positive_ratio,
+// _false_discovery_ratio), and times are seconds (_snapshot_age_seconds).
+// docs/service.md has the whole table.
 std::string to_prometheus(const MetricsSnapshot& metrics);
 
 // A JSON object: "counters" and "gauges" keyed by the dotted names, and
