@@ -1,5 +1,7 @@
 #include "common.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <tbb/blocked_range.h>
@@ -7,17 +9,345 @@
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace abf::cli {
 
+namespace {
+
+constexpr std::size_t kStageMemory = std::size_t{1} << 20;
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes all of `text` to `fd`; errno is kept for the caller on failure.
+bool write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t wrote = ::write(fd, text.data(), text.size());
+    if (wrote < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    text.remove_prefix(static_cast<std::size_t>(wrote));
+  }
+  return true;
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent swaps), so
+// "qurey" is one edit from "query".
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
 int report(std::string_view command, const Error& error) {
-  std::cerr << "abf " << command << ": " << error.describe() << '\n';
+  std::cerr << "abf" << (command.empty() ? "" : " ") << command << ": " << error.describe() << '\n';
   return kExitFailure;
+}
+
+std::string usage_text(std::string_view command, std::string_view message) {
+  const std::string name = command.empty() ? "abf" : "abf " + std::string(command);
+  return name + ": " + std::string(message) + "\nRun '" + name + " --help' for more information.\n";
+}
+
+int usage_error(std::string_view command, std::string_view message) {
+  std::cerr << usage_text(command, message);
+  return kExitUsage;
+}
+
+std::optional<std::string> unknown_command(const CLI::App& root, int argc,
+                                           const char* const* argv) {
+  const CLI::App* app = &root;
+  std::string path;
+  for (int i = 1;; ++i) {
+    const auto subcommands = app->get_subcommands([](const CLI::App*) { return true; });
+    if (subcommands.empty()) return std::nullopt;
+    // The commands a person is shown: hidden ones (no group) still run.
+    std::string names;
+    for (const CLI::App* sub : subcommands) {
+      if (!sub->get_group().empty()) names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (i == argc) {
+      if (app->get_require_subcommand_min() == 0) return std::nullopt;
+      return usage_text(path, "a command is required: " + names);
+    }
+    const std::string_view word = argv[i];
+    if (word.starts_with('-')) return std::nullopt;  // --help, --version: CLI11's
+    const CLI::App* chosen = nullptr;
+    for (const CLI::App* sub : subcommands) {
+      if (sub->check_name(std::string(word))) chosen = sub;
+    }
+    if (chosen != nullptr) {
+      app = chosen;
+      path += (path.empty() ? "" : " ") + chosen->get_name();
+      continue;
+    }
+    // The closest name: one or two edits away, or one the word begins.
+    std::string best;
+    std::size_t best_distance = 3;
+    for (const CLI::App* sub : subcommands) {
+      if (sub->get_group().empty()) continue;
+      const std::string& name = sub->get_name();
+      std::size_t distance = edit_distance(word, name);
+      if (word.size() >= 2 && name.starts_with(word)) distance = std::min<std::size_t>(distance, 1);
+      if (distance < best_distance) {
+        best_distance = distance;
+        best = name;
+      }
+    }
+    std::string message = "unknown command '" + std::string(word) + "'";
+    message += best.empty() ? "; the commands are " + names : "; did you mean '" + best + "'?";
+    return usage_text(path, message);
+  }
+}
+
+std::optional<std::string> backend_environment_error() {
+  const char* forced = std::getenv("ABF_BACKEND");
+  if (forced == nullptr || *forced == '\0') return std::nullopt;
+  const std::vector<std::string> names = backend_names();
+  if (std::ranges::find(names, std::string(forced)) != names.end()) return std::nullopt;
+  // CLI::IsMember's words for --backend, so the two read alike.
+  std::string list;
+  for (const auto& name : names) list += (list.empty() ? "" : ",") + name;
+  return "ABF_BACKEND: " + std::string(forced) + " not in {" + list + "}";
+}
+
+Result<void> write_stdout(std::string_view text) {
+  if (!write_all(STDOUT_FILENO, text)) {
+    return fail(ErrorCode::kIo, "<stdout>: write error: " + errno_text());
+  }
+  return {};
+}
+
+Result<void> flush_stdout() {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  if (!flushed || std::ferror(stdout) || !std::cout) {
+    return fail(ErrorCode::kIo,
+                "<stdout>: write error: " +
+                    (errno != 0 ? errno_text() : std::string("an earlier write failed")));
+  }
+  return {};
+}
+
+Result<void> write_report(std::string_view text, bool stdout_carries_data) {
+  if (!stdout_carries_data) return write_stdout(text);
+  std::cerr << text;
+  std::cerr.flush();
+  return {};
+}
+
+std::string json_text(const nlohmann::ordered_json& json) {
+  return json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+nlohmann::ordered_json filter_json(const Filter& filter) {
+  nlohmann::ordered_json json;
+  json["inserted_item_count"] = filter.inserted_item_count();
+  json["expected_item_count"] = filter.expected_item_count();
+  json["target_fpp"] = filter.target_fpp();
+  json["bit_count"] = filter.bit_count();
+  json["hash_count"] = filter.hash_count();
+  json["fill_ratio"] = filter.fill_ratio();
+  json["estimated_fpp"] = filter.estimate_false_positive_rate();
+  json["catalog_version"] = filter.catalog_version();
+  json["catalog_id"] = filter.catalog_id().is_zero()
+                           ? nlohmann::ordered_json(nullptr)
+                           : nlohmann::ordered_json(filter.catalog_id().hex());
+  json["hash_protocol_version"] = filter.hash_protocol_version();
+  // The fingerprint names the key without revealing it.
+  json["key_fingerprint"] = filter.scheme().keyed()
+                                ? nlohmann::ordered_json(filter.scheme().key_fingerprint().hex())
+                                : nlohmann::ordered_json(nullptr);
+  return json;
+}
+
+std::string filter_text(const Filter& filter) {
+  std::ostringstream out;
+  out << "m = " << with_commas(filter.bit_count()) << " bits, k = " << filter.hash_count()
+      << ", fill " << filter.fill_ratio() << ", estimated false-positive rate "
+      << filter.estimate_false_positive_rate() << ", catalog version " << filter.catalog_version()
+      << ", catalog id " << (filter.catalog_id().is_zero() ? "none" : filter.catalog_id().hex())
+      << ", hash protocol " << filter.hash_protocol_version();
+  if (filter.scheme().keyed()) out << " (key " << filter.scheme().key_fingerprint().hex() << ")";
+  return out.str();
+}
+
+Result<std::vector<std::uint8_t>> read_standard_input(std::uint64_t limit, std::string_view what) {
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::uint8_t> buffer(std::size_t{1} << 20);
+  for (;;) {
+    const ssize_t got = ::read(STDIN_FILENO, buffer.data(), buffer.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return fail(ErrorCode::kIo, "<stdin>: read error: " + errno_text());
+    }
+    if (got == 0) break;
+    if (bytes.size() + static_cast<std::size_t>(got) > limit) {
+      return fail(ErrorCode::kIo, "<stdin>: more than " + with_commas(limit) +
+                                      " bytes, more than " + std::string(what) + " can be");
+    }
+    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + got);
+  }
+  return bytes;
+}
+
+Result<Filter> load_snapshot_argument(const std::string& path, const LoadOptions& options,
+                                      SnapshotHeader* header, std::uint64_t* bytes) {
+  if (path != "-") {
+    auto filter = load_snapshot(path, options);
+    if (!filter) return filter;
+    if (header != nullptr) {
+      // As stored: a formatVersion-1 file shows its own version and checksums.
+      auto stored = read_snapshot_header(path);
+      if (!stored) return std::unexpected(stored.error());
+      *header = *stored;
+    }
+    if (bytes != nullptr) {
+      std::error_code ec;
+      *bytes = std::filesystem::file_size(path, ec);
+    }
+    return filter;
+  }
+  // The largest valid snapshot: the header and 2^30 bits. One byte more is
+  // read, so a longer input is refused as trailing bytes by the parser.
+  constexpr std::uint64_t kLargest = kSnapshotHeaderSize + (std::uint64_t{1} << 27);
+  auto input = read_standard_input(kLargest + 1, "a snapshot");
+  if (!input) return std::unexpected(input.error());
+  auto named = [](Error error) {
+    error.message = "<stdin>: " + error.message;
+    return error;
+  };
+  auto filter = parse_snapshot(*input, options.key);
+  if (!filter) return std::unexpected(named(filter.error()));
+  if (header != nullptr) {
+    auto stored = parse_snapshot_header(*input);
+    if (!stored) return std::unexpected(named(stored.error()));
+    *header = *stored;
+  }
+  if (bytes != nullptr) *bytes = input->size();
+  return filter;
+}
+
+// ------------------------------------------------------------------ DataOutput
+
+DataOutput::DataOutput(DataOutput&& other) noexcept
+    : file_(std::move(other.file_)),
+      stage_fd_(std::exchange(other.stage_fd_, -1)),
+      stage_dir_(std::move(other.stage_dir_)),
+      buffer_(std::move(other.buffer_)) {}
+
+DataOutput& DataOutput::operator=(DataOutput&& other) noexcept {
+  if (this != &other) {
+    if (stage_fd_ >= 0) ::close(stage_fd_);
+    file_ = std::move(other.file_);
+    stage_fd_ = std::exchange(other.stage_fd_, -1);
+    stage_dir_ = std::move(other.stage_dir_);
+    buffer_ = std::move(other.buffer_);
+  }
+  return *this;
+}
+
+DataOutput::~DataOutput() {
+  if (stage_fd_ >= 0) ::close(stage_fd_);  // unlinked: closing removes it
+}
+
+Result<DataOutput> DataOutput::create(const std::string& path) {
+  DataOutput output;
+  if (path != "-") {
+    auto file = AtomicFile::create(path);
+    if (!file) return std::unexpected(file.error());
+    output.file_.emplace(std::move(*file));
+    return output;
+  }
+  const char* tmpdir = std::getenv("TMPDIR");
+  output.stage_dir_ = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
+  output.buffer_.reserve(kStageMemory);
+  return output;
+}
+
+Result<void> DataOutput::spill() {
+  if (stage_fd_ < 0) {
+    // No name at all where O_TMPFILE works: nothing to leave behind, even
+    // after SIGKILL. Elsewhere a mkstemp name, unlinked at once.
+    stage_fd_ = ::open(stage_dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (stage_fd_ < 0) {
+      std::string name = stage_dir_ + "/abf-stdout.XXXXXX";
+      stage_fd_ = ::mkstemp(name.data());
+      if (stage_fd_ < 0) {
+        return fail(ErrorCode::kIo, "<stdout>: cannot stage the output in '" + stage_dir_ +
+                                        "' (TMPDIR): " + errno_text());
+      }
+      ::unlink(name.c_str());
+    }
+  }
+  if (!write_all(stage_fd_, buffer_)) {
+    return fail(ErrorCode::kIo, "<stdout>: cannot stage the output in '" + stage_dir_ +
+                                    "' (TMPDIR): write error: " + errno_text());
+  }
+  buffer_.clear();
+  return {};
+}
+
+Result<void> DataOutput::write(std::string_view text) {
+  if (file_) return file_->write(text);
+  if (buffer_.size() + text.size() > kStageMemory) {
+    if (auto spilled = spill(); !spilled) return spilled;
+    if (text.size() > kStageMemory) {
+      buffer_.assign(text);
+      return spill();
+    }
+  }
+  buffer_.append(text);
+  return {};
+}
+
+Result<void> DataOutput::commit() {
+  if (file_) return file_->commit();
+  if (stage_fd_ < 0) return write_stdout(buffer_);  // it all fit in memory
+  if (auto spilled = spill(); !spilled) return spilled;
+  if (::lseek(stage_fd_, 0, SEEK_SET) != 0) {
+    return fail(ErrorCode::kIo, "<stdout>: cannot reread the staged output: " + errno_text());
+  }
+  std::string chunk(kStageMemory, '\0');
+  for (;;) {
+    const ssize_t got = ::read(stage_fd_, chunk.data(), chunk.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return fail(ErrorCode::kIo, "<stdout>: cannot reread the staged output: " + errno_text());
+    }
+    if (got == 0) break;
+    if (auto wrote = write_stdout(std::string_view(chunk.data(), static_cast<std::size_t>(got)));
+        !wrote) {
+      return wrote;
+    }
+  }
+  return {};
 }
 
 unsigned hardware_threads() {
@@ -36,8 +366,8 @@ void add_backend_option(CLI::App& app, std::string& backend, std::string_view wh
   // is asked when the command runs, and shown by `abf --version`.
   app.add_option("--backend", backend,
                  std::string(what) + ": " + list +
-                     " (default auto; ABF_BACKEND overrides auto;\n`abf --version` lists which "
-                     "can run here)")
+                     " (default auto). ABF_BACKEND=NAME means\n--backend NAME where this is "
+                     "auto, and fails as it does. `abf --version` lists\nwhich can run here")
       ->check(CLI::IsMember(names));
 }
 
@@ -55,7 +385,8 @@ Result<Backend> backend_from_option(const std::string& name) {
 void add_key_file_option(CLI::App& app, std::string& path, std::string_view use) {
   app.add_option("--key-file", path,
                  "Secret key file (abf key generate; 32 hex digits or 16 bytes, mode 0600)\nto " +
-                     std::string(use));
+                     std::string(use))
+      ->check(not_a_stream("a key file, whose mode is checked before it is read"));
 }
 
 Result<std::optional<Key>> key_from_option(const std::string& path) {
@@ -63,6 +394,14 @@ Result<std::optional<Key>> key_from_option(const std::string& path) {
   auto key = read_key_file(path);
   if (!key) return std::unexpected(key.error());
   return std::optional<Key>(std::move(*key));
+}
+
+CLI::Validator not_a_stream(std::string what) {
+  return CLI::Validator(
+      [what = std::move(what)](const std::string& text) -> std::string {
+        return text == "-" ? "- (standard input or output) cannot be " + what : std::string();
+      },
+      "PATH");
 }
 
 CLI::Validator catalog_id_validator() {
@@ -131,6 +470,42 @@ std::vector<Digest> generate_digests(std::string_view prefix, std::uint64_t coun
                       }
                     });
   return digests;
+}
+
+// -------------------------------------------------------------------- Activity
+
+struct Activity::State {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool done = false;
+};
+
+Activity::Activity(std::string label) {
+  if (::isatty(STDERR_FILENO) != 1) return;
+  state_ = std::make_shared<State>();
+  thread_ = std::thread([state = state_, label = std::move(label)] {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock lock(state->mutex);
+    // The first line after a second: work that ends sooner shows nothing.
+    auto next = start + std::chrono::seconds(1);
+    while (!state->wake.wait_until(lock, next, [&] { return state->done; })) {
+      std::fprintf(stderr, "\r\033[K%s (%.1fs)", label.c_str(), seconds_since(start));
+      std::fflush(stderr);
+      next = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    }
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  });
+}
+
+Activity::~Activity() {
+  if (!state_) return;
+  {
+    const std::lock_guard lock(state_->mutex);
+    state_->done = true;
+  }
+  state_->wake.notify_one();
+  thread_.join();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -1,5 +1,5 @@
 // Shared pieces of the `abf` subcommands: error reporting, exit codes,
-// progress on a terminal, thread limits.
+// standard streams, progress on a terminal, thread limits.
 #pragma once
 
 #include <chrono>
@@ -8,26 +8,128 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "abf/backend.hpp"
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
+#include "abf/filter.hpp"
+#include "abf/io.hpp"
 #include "abf/scheme.hpp"
+#include "abf/snapshot.hpp"
 
 namespace abf::cli {
 
-// Exit statuses: 0 success, 1 the command failed (bad input, I/O, ...),
-// 2 the command line itself was wrong (CLI11 usage errors also exit 2... see
-// main.cpp).
+// Exit statuses, one rule for every command: 0 success; 1 the command failed
+// at run time (bad input, a missing or unreadable file, I/O, a backend that
+// cannot run here); 2 the command line itself was wrong (an unknown command
+// or option, a missing or malformed value, options that cannot go together;
+// CLI11's errors and usage_error(), see main.cpp).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
 // Prints "abf <command>: <code>: <message>" on stderr; returns kExitFailure.
 int report(std::string_view command, const Error& error);
+
+// Prints a usage error found after parsing, in the form main.cpp gives
+// CLI11's ("abf <command>: <message>", then a line pointing at --help), on
+// stderr; returns kExitUsage.
+int usage_error(std::string_view command, std::string_view message);
+
+// The usage error text for `command` ("catalog add"; "" for abf itself).
+std::string usage_text(std::string_view command, std::string_view message);
+
+// An unknown subcommand in argv (checked before CLI11 parses): the message
+// "abf[ <parent>]: unknown command 'qurey'; did you mean 'query'?" (or the
+// list of commands when none is close), or nothing when every word that
+// names a subcommand names one. Stops at the first option.
+std::optional<std::string> unknown_command(const CLI::App& root, int argc, const char* const* argv);
+
+// "ABF_BACKEND: <name> not in {auto,scalar,...}" when ABF_BACKEND is set to
+// a name the library does not know (the message --backend gives for the
+// same name), else nothing. Every command checks it (main.cpp): the two
+// mean the same thing and fail the same way.
+std::optional<std::string> backend_environment_error();
+
+// ---------------------------------------------------------------------------
+// Standard streams. `-` is standard input or output on every path argument
+// that is a stream (digest input, snapshots, answers, stats); a command
+// refuses two uses of one stream (usage_error), and paths that cannot be a
+// stream (a catalog database, a key file) refuse `-` with the reason.
+
+// Writes all of `text` to standard output (file descriptor 1, unbuffered);
+// kIo "<stdout>: write error: ..." when it fails (a full disk, /dev/full, a
+// closed pipe).
+Result<void> write_stdout(std::string_view text);
+
+// Flushes std::cout and C's stdout; kIo if anything written through them
+// was lost. main.cpp calls it after every command, so no output is ever
+// lost silently.
+Result<void> flush_stdout();
+
+// Writes a command's report (its summary, counts or JSON): to standard
+// output, where a failed write is the command's failure, or, when standard
+// output carries the command's data (an output of "-"), to standard error,
+// so the data stays exactly the data.
+Result<void> write_report(std::string_view text, bool stdout_carries_data);
+
+// A report as JSON: two-space indent, snake_case keys, a final newline.
+// Names that are not UTF-8 have their bad bytes replaced by U+FFFD.
+std::string json_text(const nlohmann::ordered_json& json);
+
+// The fields every report of a snapshot has (build, merge): its layout, its
+// counts, the modeled rate, what it belongs to. catalog_id and
+// key_fingerprint are null when the snapshot has none.
+nlohmann::ordered_json filter_json(const Filter& filter);
+
+// The same in words, for the human summary: "m = 9,585,059 bits, k = 7, ...".
+std::string filter_text(const Filter& filter);
+
+// Everything on standard input, at most `limit` bytes (kIo beyond, naming
+// the limit and `what`).
+Result<std::vector<std::uint8_t>> read_standard_input(std::uint64_t limit, std::string_view what);
+
+// A snapshot named on the command line: a file (load_snapshot), or "-",
+// standard input read whole (at most the largest valid snapshot) and parsed
+// with every rule of the format. `header` receives the header as stored and
+// `bytes` the file's size, when given.
+Result<Filter> load_snapshot_argument(const std::string& path, const LoadOptions& options,
+                                      SnapshotHeader* header = nullptr,
+                                      std::uint64_t* bytes = nullptr);
+
+// A data output: `path` written atomically (AtomicFile), or "-", standard
+// output, staged first: the data is kept in memory up to 1 MiB and beyond
+// that in an unlinked temporary file in $TMPDIR (default /tmp), and copied
+// to standard output only by commit(). So a command that fails writes
+// nothing to standard output either, at the price of temporary space as
+// large as the output and of nothing appearing before the command ends.
+class DataOutput {
+ public:
+  static Result<DataOutput> create(const std::string& path);
+
+  DataOutput(DataOutput&&) noexcept;
+  DataOutput& operator=(DataOutput&&) noexcept;
+  ~DataOutput();
+
+  Result<void> write(std::string_view text);
+  // Puts the output in place: renames the file, or copies what was staged
+  // to standard output.
+  Result<void> commit();
+
+ private:
+  DataOutput() = default;
+  Result<void> spill();
+
+  std::optional<AtomicFile> file_;
+  int stage_fd_ = -1;
+  std::string stage_dir_;
+  std::string buffer_;
+};
 
 // Adds `--threads N` (default: all cores). Call apply_threads() in the runner.
 // `reads_ahead`: the command reads its next input chunk on one more thread,
@@ -60,11 +162,18 @@ void add_key_file_option(CLI::App& app, std::string& path, std::string_view use)
 // option was not given. The key itself never reaches any output.
 Result<std::optional<Key>> key_from_option(const std::string& path);
 
+// A CLI11 check refusing "-" for a path that cannot be a stream (a usage
+// error, exit 2): "- (standard input or output) cannot be <what>".
+CLI::Validator not_a_stream(std::string what);
+
 // A CLI11 check for a 32-hex-digit catalog id (CatalogId::parse_hex).
 CLI::Validator catalog_id_validator();
 
 // A progress line on stderr, redrawn at most ten times a second, only when
 // stderr is a terminal; silent otherwise. Cleared on destruction.
+// Every command that can take more than a second shows one: a Progress
+// where the work is counted (bytes read, snapshots loaded), an Activity
+// where it is not.
 class Progress {
  public:
   // `total` in `unit`s (0 = unknown); `label` e.g. "building".
@@ -82,6 +191,23 @@ class Progress {
   bool enabled_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_;
+};
+
+// A progress line for work the command cannot count as it goes (a SQLite
+// transaction, hashing a file): the label and the seconds elapsed, redrawn
+// ten times a second by a thread of its own, only when stderr is a
+// terminal; silent otherwise. Cleared on destruction.
+class Activity {
+ public:
+  explicit Activity(std::string label);
+  ~Activity();
+  Activity(const Activity&) = delete;
+  Activity& operator=(const Activity&) = delete;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
 };
 
 // SHA-256("<prefix><i>") for i < count, computed on every core. The demo's

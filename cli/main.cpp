@@ -1,6 +1,9 @@
 // The `abf` command: subcommands register themselves (command.hpp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,9 +43,27 @@ std::string version_text() {
   return text;
 }
 
+// "catalog add": the subcommands CLI11 was parsing when it failed.
+std::string parsed_path(const CLI::App& root) {
+  std::string path;
+  const CLI::App* app = &root;
+  for (;;) {
+    const auto parsed = app->get_subcommands([](const CLI::App* sub) { return sub->parsed(); });
+    if (parsed.empty()) return path;
+    app = parsed.front();
+    path += (path.empty() ? "" : " ") + app->get_name();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Whatever goes through stdio (help, version, bench and demo tables)
+  // stays in one buffer to the end unless stdout is a terminal, so a failed
+  // write surfaces in the final flush with its errno (flush_stdout).
+  static char stdout_buffer[1 << 16];
+  if (::isatty(STDOUT_FILENO) != 1)
+    std::setvbuf(stdout, stdout_buffer, _IOFBF, sizeof stdout_buffer);
   CLI::App app{
       "abf: answers \"is this artifact definitely absent?\" for SHA-256 digests with a Bloom\n"
       "filter over a catalog snapshot. `absent` is a proof; `maybe` means ask the real store.\n\n"
@@ -54,21 +75,54 @@ int main(int argc, char** argv) {
       "abf"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text());
-  app.footer("Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.");
+  app.footer(
+      "Exit status, for every command: 0 success; 1 failure, a missing file included (one\n"
+      "line on stderr); 2 usage error. `-` is standard input or output on every path that is a\n"
+      "stream. docs/cli.md has every command's --json output.");
+  // Usage errors name the command they belong to, as usage_error() does.
+  app.failure_message([](const CLI::App* root, const CLI::Error& error) {
+    return abf::cli::usage_text(parsed_path(*root), error.what());
+  });
 
   auto registry = abf::cli::command_registry();
   std::ranges::sort(registry, {}, &abf::cli::CommandRegistration::order);
   std::vector<abf::cli::Command> commands;
   for (const auto& registration : registry) commands.push_back(registration.factory(app));
 
+  // A misspelt command is named as such, with the closest one, before
+  // CLI11 sees it (CLI11 would only say a subcommand is required).
+  if (auto unknown = abf::cli::unknown_command(app, argc, argv)) {
+    std::fputs(unknown->c_str(), stderr);
+    return abf::cli::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    const int status = app.exit(error);
-    return status == 0 ? 0 : abf::cli::kExitUsage;
+    // --help and --version are "errors" that exit 0: their text is the
+    // output, and must arrive, so it goes out with write_stdout (which sees
+    // the errno of a failed write).
+    std::ostringstream text;
+    if (app.exit(error, text) != 0) return abf::cli::kExitUsage;
+    if (auto wrote = abf::cli::write_stdout(text.str()); !wrote) {
+      return abf::cli::report(parsed_path(app), wrote.error());
+    }
+    return abf::cli::kExitOk;
   }
   for (const auto& command : commands) {
-    if (command.app->parsed()) return command.run();
+    if (!command.app->parsed()) continue;
+    // ABF_BACKEND means what --backend means: an unknown name is a usage
+    // error for every command, as it is on the command line.
+    if (auto bad = abf::cli::backend_environment_error()) {
+      return abf::cli::usage_error(parsed_path(app), *bad);
+    }
+    const int status = command.run();
+    // Whatever a command printed through std::cout or stdio is flushed
+    // here: a lost standard output is a failure, never a success.
+    if (auto flushed = abf::cli::flush_stdout(); !flushed) {
+      abf::cli::report(parsed_path(app), flushed.error());
+      return abf::cli::kExitFailure;
+    }
+    return status;
   }
   return abf::cli::kExitUsage;
 }
