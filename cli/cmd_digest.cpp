@@ -1,6 +1,7 @@
-// abf digest: SHA-256 of files, as sha256sum prints them, so real artifacts
-// feed straight into `abf build` and `abf query`.
-#include <iostream>
+// abf digest: SHA-256 of files, printed exactly as GNU sha256sum prints them
+// (escaped names included), so real artifacts feed straight into `abf build`
+// and `abf query`, and `sha256sum -c` checks the output.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,30 +14,63 @@ namespace {
 
 struct DigestOptions {
   std::vector<std::string> files;
+  bool json = false;
 };
 
 int run_digest(const DigestOptions& options) {
+  // No files: standard input, named "-" as sha256sum names it.
+  const std::vector<std::string> files =
+      options.files.empty() ? std::vector<std::string>{"-"} : options.files;
   int status = kExitOk;
-  for (const auto& file : options.files) {
-    auto digest = sha256_file(file == "-" ? "/dev/stdin" : file);
+  nlohmann::ordered_json listed = nlohmann::ordered_json::array();
+  for (const auto& file : files) {
+    Result<Digest> digest;
+    {
+      const Activity activity("hashing " + file);
+      digest = sha256_file(file == "-" ? "/dev/stdin" : file);
+    }
     if (!digest) {
+      std::string& message = digest.error().message;
+      if (file == "-" && message.starts_with("/dev/stdin")) message.replace(0, 10, "<stdin>");
       status = report("digest", digest.error());  // go on with the others, like sha256sum
       continue;
     }
-    std::cout << digest->hex() << "  " << file << '\n';
+    if (options.json) {
+      listed.push_back({{"file", file}, {"sha256", digest->hex()}});
+      continue;
+    }
+    // Each line as soon as its file is hashed, as sha256sum does; a failed
+    // write ends the command.
+    if (auto wrote = write_stdout(sha256sum_line(*digest, file)); !wrote) {
+      return report("digest", wrote.error());
+    }
   }
-  std::cout.flush();
+  if (options.json) {
+    const nlohmann::ordered_json json = {{"files", listed}};
+    if (auto wrote = write_stdout(json_text(json)); !wrote) return report("digest", wrote.error());
+  }
   return status;
 }
 
 Command add_digest_command(CLI::App& root) {
   auto options = std::make_shared<DigestOptions>();
   CLI::App* app =
-      root.add_subcommand("digest", "Print the SHA-256 of files, in sha256sum's format");
+      root.add_subcommand("digest", "Print the SHA-256 of files, exactly as sha256sum prints it");
   app->footer(
-      "Output lines `<hex>  <name>` feed straight into build and query.\n"
-      "Example: abf digest blobs/* > catalog.txt");
-  app->add_option("files", options->files, "Files to hash (- for standard input)")->required();
+      "Output lines `<hex>  <name>` feed straight into build and query, and `sha256sum -c`\n"
+      "checks them: a name holding a backslash, newline or carriage return is written as\n"
+      "GNU sha256sum writes it (the line starts with '\\', and those characters become \\\\,\n"
+      "\\n and \\r). With no files, or a file -, standard input is hashed, named -.\n"
+      "A file that cannot be read is reported on stderr and the others are still hashed;\n"
+      "the exit status is then 1.\n"
+      "Examples:\n"
+      "  abf digest blobs/* > catalog.txt\n"
+      "  tar -cf - dir | abf digest\n"
+      "  abf digest a.bin b.bin --json");
+  app->add_option("files", options->files,
+                  "Files to hash (- for standard input; default: standard input)");
+  app->add_flag("--json", options->json,
+                "One JSON object, {\"files\": [{\"file\", \"sha256\"}...]}, instead of lines");
   return {app, [options] { return run_digest(*options); }};
 }
 
