@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -21,13 +22,28 @@ struct CatalogOptions {
   bool json = false;
 };
 
+// The catalog id line that init and upgrade print, or their JSON.
+std::string id_report(const CatalogOptions& options, const service::SqliteCatalog& catalog) {
+  if (!options.json) return catalog.catalog_id()->hex() + "\n";
+  return json_text({{"db", options.db},
+                    {"catalog_id", catalog.catalog_id()->hex()},
+                    {"schema_version", service::kCatalogSchemaVersion}});
+}
+
 int run_init(const CatalogOptions& options) {
   auto catalog = service::SqliteCatalog::create(options.db);
   if (!catalog) return report("catalog init", catalog.error());
   // The new catalog's id on stdout (snapshots built from it carry it).
-  std::cout << catalog->catalog_id()->hex() << '\n';
-  std::cerr << "abf catalog init: created " << options.db
-            << " (catalog version 0, empty; catalog id " << catalog->catalog_id()->hex() << ")\n";
+  if (auto wrote = write_stdout(id_report(options, *catalog)); !wrote) {
+    return report(
+        "catalog init",
+        Error{wrote.error().code,
+              "created " + options.db + ", but printing its id failed: " + wrote.error().message});
+  }
+  if (!options.json) {
+    std::cerr << "abf catalog init: created " << options.db
+              << " (catalog version 0, empty; catalog id " << catalog->catalog_id()->hex() << ")\n";
+  }
   return kExitOk;
 }
 
@@ -44,11 +60,15 @@ int run_upgrade(const CatalogOptions& options) {
   }
   auto catalog = service::SqliteCatalog::open(options.db);
   if (!catalog) return report("catalog upgrade", catalog.error());
-  std::cout << catalog->catalog_id()->hex() << '\n';
-  std::cerr << "abf catalog upgrade: " << options.db
-            << (had_id ? " is already at schema version " : " upgraded to schema version ")
-            << service::kCatalogSchemaVersion << "; catalog id " << catalog->catalog_id()->hex()
-            << '\n';
+  if (auto wrote = write_stdout(id_report(options, *catalog)); !wrote) {
+    return report("catalog upgrade", wrote.error());
+  }
+  if (!options.json) {
+    std::cerr << "abf catalog upgrade: " << options.db
+              << (had_id ? " is already at schema version " : " upgraded to schema version ")
+              << service::kCatalogSchemaVersion << "; catalog id " << catalog->catalog_id()->hex()
+              << '\n';
+  }
   return kExitOk;
 }
 
@@ -60,13 +80,36 @@ int run_change(const CatalogOptions& options, bool adding) {
   if (!catalog) return report(name, catalog.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report(name, reader.error());
-  auto change = adding ? catalog->add(*reader) : catalog->remove(*reader);
+  auto change = [&] {
+    // One transaction the library runs to its end: no count to show.
+    const Activity activity(std::string(adding ? "adding to " : "removing from ") + options.db);
+    return adding ? catalog->add(*reader) : catalog->remove(*reader);
+  }();
   if (!change) return report(name, change.error());
-  std::cout << change->version << '\n';
-  std::cerr << "abf " << name << ": catalog version " << change->version << ": "
-            << with_commas(change->changed) << (adding ? " added, " : " removed, ")
-            << with_commas(change->unchanged) << (adding ? " already present" : " not present")
-            << " (of " << with_commas(change->requested) << " read)\n";
+  std::string out;
+  if (options.json) {
+    out = json_text({{"db", options.db},
+                     {"operation", adding ? "add" : "remove"},
+                     {"catalog_version", change->version},
+                     {"read", change->requested},
+                     {adding ? "added" : "removed", change->changed},
+                     {adding ? "already_present" : "not_present", change->unchanged}});
+  } else {
+    out = std::to_string(change->version) + "\n";
+  }
+  // The change is committed by now: a lost report says so.
+  if (auto wrote = write_stdout(out); !wrote) {
+    return report(name,
+                  Error{wrote.error().code,
+                        "catalog version " + std::to_string(change->version) + " of " + options.db +
+                            " was committed, but printing it failed: " + wrote.error().message});
+  }
+  if (!options.json) {
+    std::cerr << "abf " << name << ": catalog version " << change->version << ": "
+              << with_commas(change->changed) << (adding ? " added, " : " removed, ")
+              << with_commas(change->unchanged) << (adding ? " already present" : " not present")
+              << " (of " << with_commas(change->requested) << " read)\n";
+  }
   return kExitOk;
 }
 
@@ -77,39 +120,50 @@ int run_stats(const CatalogOptions& options) {
   if (!catalog) return report("catalog stats", catalog.error());
   auto stats = catalog->stats();
   if (!stats) return report("catalog stats", stats.error());
+  std::ostringstream out;
   if (options.json) {
     const nlohmann::ordered_json json = {
-        {"path", options.db},
-        {"schemaVersion", stats->schema_version},
-        {"catalogId", stats->catalog_id ? nlohmann::ordered_json(stats->catalog_id->hex())
-                                        : nlohmann::ordered_json(nullptr)},
-        {"latestVersion", stats->latest_version},
-        {"versionCount", stats->version_count},
-        {"liveArtifacts", stats->live_artifacts},
-        {"artifactRows", stats->artifact_rows},
-        {"removedRows", stats->removed_rows},
-        {"fileBytes", stats->file_bytes},
+        {"db", options.db},
+        {"schema_version", stats->schema_version},
+        {"catalog_id", stats->catalog_id ? nlohmann::ordered_json(stats->catalog_id->hex())
+                                         : nlohmann::ordered_json(nullptr)},
+        {"latest_version", stats->latest_version},
+        {"version_count", stats->version_count},
+        {"live_artifacts", stats->live_artifacts},
+        {"artifact_rows", stats->artifact_rows},
+        {"removed_rows", stats->removed_rows},
+        {"file_bytes", stats->file_bytes},
     };
-    std::cout << json.dump(2) << '\n';
+    out << json_text(json);
   } else {
-    std::cout << "catalog          " << options.db << '\n'
-              << "schema version   " << stats->schema_version << '\n'
-              << "catalog id       "
-              << (stats->catalog_id ? stats->catalog_id->hex()
-                                    : "none yet (schema 1; `abf catalog upgrade` assigns one)")
-              << '\n'
-              << "latest version   " << stats->latest_version << '\n'
-              << "versions         " << with_commas(stats->version_count) << '\n'
-              << "live artifacts   " << with_commas(stats->live_artifacts) << '\n'
-              << "artifact rows    " << with_commas(stats->artifact_rows) << " ("
-              << with_commas(stats->removed_rows) << " closed by a remove)\n"
-              << "file size        " << with_commas(stats->file_bytes) << " bytes\n";
+    out << "catalog          " << options.db << '\n'
+        << "schema version   " << stats->schema_version << '\n'
+        << "catalog id       "
+        << (stats->catalog_id ? stats->catalog_id->hex()
+                              : "none yet (schema 1; `abf catalog upgrade` assigns one)")
+        << '\n'
+        << "latest version   " << stats->latest_version << '\n'
+        << "versions         " << with_commas(stats->version_count) << '\n'
+        << "live artifacts   " << with_commas(stats->live_artifacts) << '\n'
+        << "artifact rows    " << with_commas(stats->artifact_rows) << " ("
+        << with_commas(stats->removed_rows) << " closed by a remove)\n"
+        << "file size        " << with_commas(stats->file_bytes) << " bytes\n";
   }
+  if (auto wrote = write_stdout(out.str()); !wrote) return report("catalog stats", wrote.error());
   return kExitOk;
 }
 
+// --db: SQLite opens a database by name, so it is never a stream.
+CLI::Option* add_db_option(CLI::App& app, CatalogOptions& options, const std::string& help) {
+  return app.add_option("--db", options.db, help)
+      ->required()
+      ->check(not_a_stream("a catalog database, which SQLite opens by name"));
+}
+
 void add_input_options(CLI::App& app, CatalogOptions& options) {
-  app.add_option("--input,-i", options.input, "Digest file, or - for standard input (default -)");
+  app.add_option(
+      "--input,-i", options.input,
+      "Digest file, or - for standard input (default -); text lines as build reads them");
   app.add_option("--input-format,-f", options.input_format, "hex or bin (default hex)")
       ->check(CLI::IsMember({"hex", "bin"}));
 }
@@ -120,8 +174,9 @@ Command add_catalog_command(CLI::App& root) {
       "catalog", "Keep the exact store: a versioned SQLite catalog of artifact digests");
   app->require_subcommand(1);
   app->footer(
-      "Every add or remove is one new catalog version (printed on stdout); nothing is ever\n"
-      "deleted, so a snapshot can be built for any version (abf build --from-catalog).\n"
+      "Every add or remove is one new catalog version (its number printed on stdout, the\n"
+      "counts on stderr); nothing is ever deleted, so a snapshot can be built for any\n"
+      "version (abf build --from-catalog). --db is a file, never - (SQLite opens it by name).\n"
       "A malformed digest anywhere in the input rolls the whole change back.\n"
       "Each catalog has a random catalog id, made by init (printed on stdout); snapshots built\n"
       "from it carry the id, and `abf dedup` refuses snapshots of any other catalog. A catalog\n"
@@ -133,20 +188,22 @@ Command add_catalog_command(CLI::App& root) {
       "  abf catalog stats --db catalog.db --json\n"
       "  abf catalog upgrade --db old-catalog.db");
   CLI::App* init = app->add_subcommand("init", "Create a new, empty catalog (version 0)");
-  init->add_option("--db", options->db, "Catalog database to create (never overwritten)")
-      ->required();
+  add_db_option(*init, *options, "Catalog database to create (never overwritten)");
   CLI::App* add = app->add_subcommand("add", "Add digests as one new catalog version");
-  add->add_option("--db", options->db, "Catalog database")->required();
+  add_db_option(*add, *options, "Catalog database");
   add_input_options(*add, *options);
   CLI::App* remove = app->add_subcommand("remove", "Remove digests as one new catalog version");
-  remove->add_option("--db", options->db, "Catalog database")->required();
+  add_db_option(*remove, *options, "Catalog database");
   add_input_options(*remove, *options);
   CLI::App* stats = app->add_subcommand("stats", "Print the catalog's versions and counts");
-  stats->add_option("--db", options->db, "Catalog database")->required();
-  stats->add_flag("--json", options->json, "Print JSON");
+  add_db_option(*stats, *options, "Catalog database");
   CLI::App* upgrade = app->add_subcommand(
       "upgrade", "Bring a catalog to the current schema (a schema-1 catalog gets its id)");
-  upgrade->add_option("--db", options->db, "Catalog database")->required();
+  add_db_option(*upgrade, *options, "Catalog database");
+  for (CLI::App* sub : {init, add, remove, stats, upgrade}) {
+    sub->add_flag("--json", options->json,
+                  "Print one JSON object instead of text (docs/cli.md lists its keys)");
+  }
   return {app, [options, init, add, remove, stats, upgrade] {
             if (init->parsed()) return run_init(*options);
             if (upgrade->parsed()) return run_upgrade(*options);

@@ -149,7 +149,8 @@ Command add_demo_command(CLI::App& root) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
   app->add_option("--fpp", options->fpp, "Target false-positive rate (default 0.001)");
   app->add_option("--output,-o", options->output,
-                  "Keep the snapshot at this path (default: a temporary file, removed)");
+                  "Keep the snapshot at this path (default: a temporary file, removed)")
+      ->check(not_a_stream("the demo's snapshot: it is reloaded from its path"));
   app->add_flag("--skip-dedup", options->skip_dedup,
                 "Skip the second part (bulk dedup against a SQLite catalog)");
   add_threads_option(*app, options->threads);

@@ -12,6 +12,7 @@ namespace {
 
 struct KeyOptions {
   std::string output;
+  bool json = false;
 };
 
 int run_generate(const KeyOptions& options) {
@@ -23,9 +24,19 @@ int run_generate(const KeyOptions& options) {
   // Only the fingerprint is ever printed: it names the key (inspect shows
   // the one a snapshot needs) without revealing it.
   const std::string fingerprint = key_fingerprint(*key).hex();
-  std::cout << fingerprint << '\n';
-  std::cerr << "abf key generate: wrote " << options.output << " (mode 0600); key fingerprint "
-            << fingerprint << ". Keep it: snapshots built with it answer only with it.\n";
+  const std::string out =
+      options.json ? json_text({{"key_file", options.output}, {"key_fingerprint", fingerprint}})
+                   : fingerprint + "\n";
+  if (auto wrote = write_stdout(out); !wrote) {
+    return report("key generate",
+                  Error{wrote.error().code,
+                        "wrote " + options.output +
+                            ", but printing its fingerprint failed: " + wrote.error().message});
+  }
+  if (!options.json) {
+    std::cerr << "abf key generate: wrote " << options.output << " (mode 0600); key fingerprint "
+              << fingerprint << ". Keep it: snapshots built with it answer only with it.\n";
+  }
   return kExitOk;
 }
 
@@ -45,7 +56,11 @@ Command add_key_command(CLI::App& root) {
   CLI::App* generate = app->add_subcommand(
       "generate",
       "Write a new random key (mode 0600, never over an existing file); print its fingerprint");
-  generate->add_option("--output,-o", options->output, "Key file to create")->required();
+  generate->add_option("--output,-o", options->output, "Key file to create")
+      ->required()
+      ->check(not_a_stream("a key file: the key itself is never printed"));
+  generate->add_flag("--json", options->json,
+                     "Print {\"key_file\", \"key_fingerprint\"} instead of the fingerprint");
   return {app, [options, generate] {
             if (generate->parsed()) return run_generate(*options);
             return kExitUsage;
