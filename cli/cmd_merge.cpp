@@ -1,4 +1,6 @@
 // abf merge: the OR of snapshots built in pieces, saved as one snapshot.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -18,41 +20,69 @@ struct MergeCommandOptions {
   std::optional<std::uint64_t> catalog_version;
   std::string key_file;
   unsigned threads = 0;
+  bool json = false;
 };
 
 int run_merge(const MergeCommandOptions& options) {
+  if (std::ranges::count(options.inputs, "-") > 1) {
+    return usage_error("merge", "standard input (-) can be only one of the inputs");
+  }
   apply_threads(options.threads);
+  const auto start = std::chrono::steady_clock::now();
   auto key = key_from_option(options.key_file);
   if (!key) return report("merge", key.error());
   LoadOptions load_options;
   load_options.key = std::move(*key);
   std::vector<Filter> filters;
   filters.reserve(options.inputs.size());
-  for (const auto& input : options.inputs) {
-    // Large snapshots are mapped, not copied: resident memory stays about
-    // the result's size plus the page cache.
-    auto filter = load_snapshot(input, load_options);
-    if (!filter) {
-      Error error = filter.error();
-      error.message = input + ": " + error.message;
-      return report("merge", error);
+  {
+    Progress progress("loading", options.inputs.size(), "snapshots");
+    for (const auto& input : options.inputs) {
+      auto filter = load_snapshot_argument(input, load_options);
+      if (!filter) {
+        Error error = filter.error();
+        // Every error names the input it is about, once.
+        if (input != "-" && error.message.find(input) == std::string::npos) {
+          error.message = input + ": " + error.message;
+        }
+        return report("merge", error);
+      }
+      filters.push_back(std::move(*filter));
+      progress.update(filters.size());
     }
-    filters.push_back(std::move(*filter));
   }
   MergeOptions merge_options;
   merge_options.catalog_version = options.catalog_version;
   merge_options.labels = options.inputs;
-  auto merged = merge_filters(filters, merge_options);
+  std::replace(merge_options.labels.begin(), merge_options.labels.end(), std::string("-"),
+               std::string("<stdin>"));
+  auto merged = [&] {
+    const Activity activity("merging " + std::to_string(filters.size()) + " snapshots");
+    return merge_filters(filters, merge_options);
+  }();
   if (!merged) return report("merge", merged.error());
   if (auto saved = save_snapshot(*merged, options.output); !saved) {
     return report("merge", saved.error());
   }
-  std::cout << "wrote " << options.output << ": " << filters.size() << " snapshots, "
-            << with_commas(merged->inserted_item_count())
-            << " digests, m = " << with_commas(merged->bit_count())
-            << " bits, k = " << merged->hash_count() << ", fill " << merged->fill_ratio()
-            << ", estimated false-positive rate " << merged->estimate_false_positive_rate()
-            << ", catalog version " << merged->catalog_version() << '\n';
+  // With --output - the snapshot is standard output: the report goes to
+  // standard error.
+  const bool to_stdout = options.output == "-";
+  std::string out;
+  if (options.json) {
+    nlohmann::ordered_json json;
+    json["output"] = options.output;
+    json["inputs"] = options.inputs;
+    json.update(filter_json(*merged));
+    json["seconds"] = seconds_since(start);
+    out = json_text(json);
+  } else {
+    out = "wrote " + (to_stdout ? std::string("<stdout>") : options.output) + ": merged " +
+          std::to_string(filters.size()) + (filters.size() == 1 ? " snapshot, " : " snapshots, ") +
+          with_commas(merged->inserted_item_count()) +
+          " digests (the parts' counts summed; a digest in two parts counts twice), " +
+          filter_text(*merged) + "\n";
+  }
+  if (auto wrote = write_report(out, to_stdout); !wrote) return report("merge", wrote.error());
   return kExitOk;
 }
 
@@ -69,12 +99,17 @@ Command add_merge_command(CLI::App& root) {
       "--catalog-version names the result's); their insertedItemCounts are summed and may\n"
       "not exceed expectedItemCount. Keyed parts need their --key-file; the result is keyed\n"
       "with the same key and keeps the parts' catalogId.\n"
-      "Example:\n"
-      "  abf merge part-0.abf part-1.abf part-2.abf --output catalog.abf");
-  app->add_option("inputs", options->inputs, "Snapshots to merge (at least one)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  app->add_option("--output,-o", options->output, "Snapshot to write (atomically)")->required();
+      "The summary goes to stdout, or to stderr with --output - (stdout is then the snapshot).\n"
+      "Examples:\n"
+      "  abf merge part-0.abf part-1.abf part-2.abf --output catalog.abf\n"
+      "  abf merge part-*.abf -o - --json > catalog.abf 2> merge.json");
+  app->add_option("inputs", options->inputs,
+                  "Snapshots to merge (at least one; one of them may be - for standard input)")
+      ->required();
+  app->add_option("--output,-o", options->output,
+                  "Snapshot to write (atomically), or - for standard output")
+      ->required();
+  app->add_flag("--json", options->json, "Print the summary as one JSON object");
   app->add_option("--catalog-version", options->catalog_version,
                   "catalogVersion of the result; lets inputs of different versions merge");
   add_key_file_option(*app, options->key_file, "open keyed (hash protocol 2) parts");

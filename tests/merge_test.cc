@@ -356,8 +356,18 @@ TEST_F(MergeCommand, RefusesPartsOfDifferentCatalogIds) {
 }
 
 TEST_F(MergeCommand, UsageErrorsExitTwo) {
-  EXPECT_EQ(abf("merge --output x.abf"), 2);  // no inputs
-  EXPECT_EQ(abf("merge " + (dir_ / "missing.abf").string() + " --output x.abf"), 2);
+  EXPECT_EQ(abf("merge --output x.abf"), 2);      // no inputs
+  EXPECT_EQ(abf("merge - - --output x.abf"), 2);  // standard input twice
+}
+
+// A missing input is a runtime error (1) naming the file, as in every other
+// command; it used to be a usage error (2) here alone.
+TEST_F(MergeCommand, MissingInputIsARuntimeError) {
+  std::string errors;
+  EXPECT_EQ(abf("merge " + (dir_ / "missing.abf").string() + " --output x.abf", &errors), 1);
+  EXPECT_NE(errors.find("io_error"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("missing.abf"), std::string::npos) << errors;
+  EXPECT_FALSE(fs::exists(dir_ / "x.abf"));
 }
 
 }  // namespace
