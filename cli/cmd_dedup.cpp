@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "command.hpp"
 #include "common.hpp"
 #include "dedup_demo.hpp"
+#include "distinct.hpp"
 
 namespace abf::cli {
 namespace {
@@ -38,6 +40,7 @@ struct DedupOptions {
   std::string backend = "auto";
   std::string key_file;
   bool exact_only = false;
+  bool json = false;
   unsigned threads = 0;
 };
 
@@ -48,27 +51,40 @@ void append_hex_line(std::string& out, const Digest& digest) {
   out.append(line, sizeof line);
 }
 
-nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filter_used) {
+// The counts. total = new + repeats + present: `new` digests are written
+// once each, `repeats` are later occurrences of one already written.
+nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filter_used,
+                                  std::uint64_t written) {
   const service::BatchCounts& c = report.counts;
+  const std::uint64_t absent = c.total - c.present;
   return {
-      {"catalogVersion", report.catalog_version},
+      {"catalog_version", report.catalog_version},
       {"filter", filter_used},
       {"total", c.total},
-      {"new", c.total - c.present},
+      {"new", written},
+      {"repeats", absent - written},
       {"present", c.present},
       {"negative", c.negative},
       {"maybe", c.maybe},
-      {"falsePositives", c.false_positive},
-      {"exactLookups", c.exact_lookups},
-      {"exactLookupsAvoided", c.lookups_avoided()},
-      {"negativeBypassRatio", c.negative_bypass_ratio()},
-      {"observedFalsePositiveRate", c.observed_false_positive_rate()},
-      {"falseDiscoveryRatio", c.false_discovery_ratio()},
+      {"false_positives", c.false_positive},
+      {"exact_lookups", c.exact_lookups},
+      {"exact_lookups_avoided", c.lookups_avoided()},
+      {"negative_bypass_ratio", c.negative_bypass_ratio()},
+      {"observed_false_positive_rate", c.observed_false_positive_rate()},
+      {"false_discovery_ratio", c.false_discovery_ratio()},
       {"seconds", report.seconds},
   };
 }
 
 int run_dedup(const DedupOptions& options) {
+  if (options.snapshot == "-" && options.input == "-") {
+    return usage_error("dedup",
+                       "--snapshot - and --input - both read standard input; give one a file");
+  }
+  if (options.stats_json == "-" && options.output == "-") {
+    return usage_error("dedup",
+                       "--stats-json - and --output - both write standard output; give one a file");
+  }
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
   if (!format) return report("dedup", format.error());
@@ -89,7 +105,12 @@ int run_dedup(const DedupOptions& options) {
   service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
   LoadOptions load_options;
   load_options.key = std::move(*key);
-  auto snapshot = publisher.load_and_publish(options.snapshot, load_options);
+  auto snapshot = [&]() -> Result<std::shared_ptr<const service::Snapshot>> {
+    if (options.snapshot != "-") return publisher.load_and_publish(options.snapshot, load_options);
+    auto filter = load_snapshot_argument(options.snapshot, load_options);
+    if (!filter) return std::unexpected(filter.error());
+    return publisher.publish(std::move(*filter), "<stdin>");
+  }();
   if (!snapshot) return report("dedup", snapshot.error());
   auto latest = catalog->latest_version();
   if (!latest) return report("dedup", latest.error());
@@ -103,7 +124,7 @@ int run_dedup(const DedupOptions& options) {
   }
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("dedup", reader.error());
-  auto output = AtomicFile::create(options.output);
+  auto output = DataOutput::create(options.output);
   if (!output) return report("dedup", output.error());
 
   service::ServiceOptions service_options;
@@ -111,30 +132,46 @@ int run_dedup(const DedupOptions& options) {
   service_options.backend = *backend;
   const service::ArtifactExistenceService service(publisher, *catalog, &metrics, service_options);
   std::string text;
+  // Each new digest once, at its first occurrence: the set holds the
+  // digests written so far (never the present ones).
+  DigestSet written;
   Progress progress("dedup", reader->size_hint(), "bytes");
   auto result = service::bulk_dedup(service, *reader, [&](std::span<const Digest> absent) {
     text.clear();
-    for (const Digest& digest : absent) append_hex_line(text, digest);
+    for (const Digest& digest : absent) {
+      if (written.insert(digest)) append_hex_line(text, digest);
+    }
     progress.update(reader->bytes_read());
     return output->write(text);
   });
   if (!result) return report("dedup", result.error());
 
-  const auto json = stats_json(*result, !options.exact_only);
+  const auto json = stats_json(*result, !options.exact_only, written.size());
   if (!options.stats_json.empty()) {
     auto file = AtomicFile::create(options.stats_json);
     if (!file) return report("dedup", file.error());
-    if (auto wrote = file->write(json.dump(2) + "\n"); !wrote)
-      return report("dedup", wrote.error());
+    if (auto wrote = file->write(json_text(json)); !wrote) return report("dedup", wrote.error());
     if (auto done = file->commit(); !done) return report("dedup", done.error());
   }
   if (auto committed = output->commit(); !committed) return report("dedup", committed.error());
-  std::cerr << "abf dedup: catalog version " << version << ", "
-            << (options.exact_only ? "exact store only" : "filter in front") << ", "
-            << result->seconds << " s\n";
-  for (const auto& [key, value] : json.items()) {
-    if (key == "catalogVersion" || key == "filter" || key == "seconds") continue;
-    std::cerr << "  " << key << ' ' << value.dump() << '\n';
+  // The counts: on stderr when stdout has the digests (the default).
+  const bool stdout_has_data = options.output == "-" || options.stats_json == "-";
+  std::string counts;
+  if (options.json) {
+    counts = json_text(json);
+  } else {
+    std::ostringstream out;
+    out << "abf dedup: catalog version " << version << ", "
+        << (options.exact_only ? "exact store only" : "filter in front") << ", " << result->seconds
+        << " s\n";
+    for (const auto& [name, value] : json.items()) {
+      if (name == "catalog_version" || name == "filter" || name == "seconds") continue;
+      out << "  " << name << ' ' << value.dump() << '\n';
+    }
+    counts = out.str();
+  }
+  if (auto wrote = write_report(counts, stdout_has_data); !wrote) {
+    return report("dedup", wrote.error());
   }
   return kExitOk;
 }
@@ -147,9 +184,16 @@ Command add_dedup_command(CLI::App& root) {
       "Output: one lowercase hex digest per line, in input order: the input digests absent from\n"
       "the catalog at the snapshot's catalog version. The filter proves most of them absent;\n"
       "each `Maybe` costs one SQLite lookup, so the output always equals the catalog's answer.\n"
-      "Counts go to stderr and, with --stats-json, to a JSON file: total, negative, maybe,\n"
-      "falsePositives, exactLookups, exactLookupsAvoided, negativeBypassRatio,\n"
-      "observedFalsePositiveRate, falseDiscoveryRatio. Nothing is written on error.\n"
+      "Each new digest is written once, at its first occurrence; later ones count as\n"
+      "repeats (the digests written so far are held in memory: about 64 bytes each, at\n"
+      "most 130 while the set grows).\n"
+      "Counts go to stderr (to stdout with --output FILE), as JSON with --json, and with\n"
+      "--stats-json to a JSON file: total = new + repeats + present, negative, maybe,\n"
+      "false_positives, exact_lookups, exact_lookups_avoided, negative_bypass_ratio,\n"
+      "observed_false_positive_rate, false_discovery_ratio, seconds.\n"
+      "Nothing is written on error: files are left as they were, and digests for standard\n"
+      "output (the default) are staged (in memory up to 1 MiB, then in an unlinked\n"
+      "temporary file in $TMPDIR, default /tmp) and copied to stdout only at the end.\n"
       "The snapshot must be of this catalog (abf build --from-catalog writes its catalogId):\n"
       "one of another catalog, or of none, is refused (catalog_mismatch), since its `absent`\n"
       "answers would be wrong. A keyed snapshot needs its --key-file.\n"
@@ -157,15 +201,20 @@ Command add_dedup_command(CLI::App& root) {
       "  abf dedup --snapshot c.abf --db catalog.db --input candidates.txt > new.txt\n"
       "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
       "  abf dedup -s c.abf --db catalog.db -i cand.txt --exact-only   (the baseline)");
-  app->add_option("--snapshot,-s", options->snapshot, "ABF1 snapshot built from the catalog")
+  app->add_option("--snapshot,-s", options->snapshot,
+                  "ABF1 snapshot built from the catalog, or - for standard input")
       ->required();
-  app->add_option("--db", options->db, "Catalog database (opened read-only)")->required();
+  app->add_option("--db", options->db, "Catalog database (opened read-only)")
+      ->required()
+      ->check(not_a_stream("a catalog database, which SQLite opens by name"));
   app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
   app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")
       ->check(CLI::IsMember({"hex", "bin"}));
   app->add_option("--output,-o", options->output,
                   "Where to write the new digests (atomically), - for standard output (default -)");
-  app->add_option("--stats-json", options->stats_json, "Also write the counts as JSON here");
+  app->add_option("--stats-json", options->stats_json,
+                  "Also write the counts as JSON to this file (- for standard output)");
+  app->add_flag("--json", options->json, "Print the counts as one JSON object instead of text");
   add_key_file_option(*app, options->key_file, "open a keyed (hash protocol 2) snapshot");
   add_backend_option(*app, options->backend, "Filter engine");
   app->add_flag("--exact-only", options->exact_only,

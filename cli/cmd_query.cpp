@@ -25,6 +25,7 @@ struct QueryOptions {
   std::string backend = "auto";
   std::string key_file;
   bool summary = false;
+  bool json = false;
   unsigned threads = 0;
 };
 
@@ -48,7 +49,7 @@ void append_line(std::string& out, const Digest& digest, Answer answer) {
 // Writes the lines of one answered chunk, in order: pieces of
 // kLinesPerPiece lines are formatted on every core of the arena, one wave
 // of them at a time, so the text in memory stays a few MiB per core.
-Result<void> write_lines(AtomicFile& output, std::span<const Digest> digests,
+Result<void> write_lines(DataOutput& output, std::span<const Digest> digests,
                          std::span<const Answer> answers, std::vector<std::string>& pieces) {
   const std::size_t count = digests.size();
   const std::size_t total_pieces = (count + kLinesPerPiece - 1) / kLinesPerPiece;
@@ -69,6 +70,10 @@ Result<void> write_lines(AtomicFile& output, std::span<const Digest> digests,
 }
 
 int run_query(const QueryOptions& options) {
+  if (options.snapshot == "-" && options.input == "-") {
+    return usage_error("query",
+                       "--snapshot - and --input - both read standard input; give one a file");
+  }
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
   if (!format) return report("query", format.error());
@@ -78,11 +83,11 @@ int run_query(const QueryOptions& options) {
   if (!key) return report("query", key.error());
   LoadOptions load_options;
   load_options.key = std::move(*key);
-  auto filter = load_snapshot(options.snapshot, load_options);
+  auto filter = load_snapshot_argument(options.snapshot, load_options);
   if (!filter) return report("query", filter.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("query", reader.error());
-  auto output = AtomicFile::create(options.output);
+  auto output = DataOutput::create(options.output);
   if (!output) return report("query", output.error());
 
   // Two input buffers: the next chunk is read on another thread while this
@@ -116,9 +121,11 @@ int run_query(const QueryOptions& options) {
     progress.update(reader->bytes_read());
   }
   if (options.summary) {
-    const std::string summary = "total\t" + std::to_string(total) + "\nabsent\t" +
-                                std::to_string(total - maybe) + "\nmaybe\t" +
-                                std::to_string(maybe) + "\n";
+    const std::string summary =
+        options.json
+            ? json_text({{"total", total}, {"absent", total - maybe}, {"maybe", maybe}})
+            : "total\t" + std::to_string(total) + "\nabsent\t" + std::to_string(total - maybe) +
+                  "\nmaybe\t" + std::to_string(maybe) + "\n";
     if (auto wrote = output->write(summary); !wrote) return report("query", wrote.error());
   }
   if (auto committed = output->commit(); !committed) return report("query", committed.error());
@@ -133,13 +140,20 @@ Command add_query_command(CLI::App& root) {
       "Output: one line per input digest, <lowercase hex><TAB><absent|maybe>.\n"
       "`absent` is a proof the digest is not in the snapshot's catalog version: skip the store.\n"
       "`maybe` means ask the store; it is never an answer on its own.\n"
-      "A malformed digest is an error naming its line (or byte offset), never `absent`.\n"
+      "A malformed digest is an error naming its line (or byte offset), never `absent`;\n"
+      "on any error nothing is written: an --output file is left as it was, and answers for\n"
+      "standard output (-, the default) are staged (in memory up to 1 MiB, then in an\n"
+      "unlinked temporary file in $TMPDIR, default /tmp: 72 bytes a digest) and copied\n"
+      "to stdout only when every digest is answered, so they appear when the query ends.\n"
       "A keyed snapshot (hash protocol 2) answers only with its --key-file: without it the\n"
       "query fails (key_required), with another key too (key_mismatch).\n"
       "Examples:\n"
       "  abf query --snapshot c.abf --input candidates.txt --output answers.tsv\n"
-      "  abf query -s c.abf -f bin --input candidates.bin --summary");
-  app->add_option("--snapshot,-s", options->snapshot, "ABF1 snapshot to query")->required();
+      "  abf query -s c.abf -f bin --input candidates.bin --summary --json\n"
+      "  abf build -n 1000 -p 0.01 -i members.txt -o - | abf query -s - -i candidates.txt");
+  app->add_option("--snapshot,-s", options->snapshot,
+                  "ABF1 snapshot to query, or - for standard input (then --input is a file)")
+      ->required();
   app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
   app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")
       ->check(CLI::IsMember({"hex", "bin"}));
@@ -147,7 +161,11 @@ Command add_query_command(CLI::App& root) {
                   "Where to write the answers (atomically), - for standard output (default -)");
   add_key_file_option(*app, options->key_file, "query a keyed snapshot");
   add_backend_option(*app, options->backend, "Probe engine");
-  app->add_flag("--summary", options->summary, "Print only the counts: total, absent, maybe");
+  auto* summary =
+      app->add_flag("--summary", options->summary, "Print only the counts: total, absent, maybe");
+  app->add_flag("--json", options->json,
+                "With --summary: the counts as one JSON object {total, absent, maybe}")
+      ->needs(summary);
   add_threads_option(*app, options->threads, /*reads_ahead=*/true);
   return {app, [options] { return run_query(*options); }};
 }
