@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
+#include "cli_shell.hpp"
 #include "test_support.hpp"
 
 namespace abf {
@@ -22,6 +23,13 @@ namespace {
 namespace fs = std::filesystem;
 
 using test::CliRun;
+
+// 1234 -> "1,234", as the summaries print counts.
+std::string with_commas_for_test(std::uint64_t value) {
+  std::string digits = std::to_string(value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
 
 class CliTest : public ::testing::Test {
  protected:
@@ -634,6 +642,383 @@ TEST_F(CliTest, DemoRunsTheMainJobOnASmallSet) {
   for (const char* needle : {"layout", "fill ratio", "estimated", "observed", "resolution",
                              "false negatives     0 of", "simd"}) {
     EXPECT_NE(run.out.find(needle), std::string::npos) << needle << "\n" << run.out;
+  }
+}
+
+// ---- CLI conventions (issue 13) and lost or partial output (issue 14) -----
+
+// Every key of a JSON report, at any depth, is snake_case.
+void expect_snake_case_keys(const nlohmann::json& json, const std::string& where) {
+  if (json.is_object()) {
+    for (const auto& [key, value] : json.items()) {
+      bool snake = !key.empty();
+      for (const char c : key)
+        snake = snake && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+      EXPECT_TRUE(snake) << where << ": key '" << key << "'";
+      expect_snake_case_keys(value, where);
+    }
+  } else if (json.is_array()) {
+    for (const auto& value : json) expect_snake_case_keys(value, where);
+  }
+}
+
+TEST_F(CliTest, BuildToStdoutWritesOnlyTheSnapshot) {
+  write("members.txt", hex_lines(500, 51));
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 -i members.txt -o file.abf").status, 0);
+  // The issue's case: `-o - > f.abf`, then inspect f.abf.
+  const CliRun build = abf("build -n 1000 -p 0.01 -i members.txt -o -");
+  ASSERT_EQ(build.status, 0) << build.err;
+  EXPECT_TRUE(build.out == test::read_file(path("file.abf"))) << "stdout is not the snapshot";
+  EXPECT_NE(build.err.find("wrote <stdout>: 500 digests"), std::string::npos) << build.err;
+  write("f.abf", build.out);
+  EXPECT_EQ(abf("inspect f.abf").status, 0);
+  // --json too: the report goes to stderr, the snapshot alone to stdout.
+  const CliRun json = abf("build -n 1000 -p 0.01 -i members.txt -o - --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_TRUE(json.out == build.out);
+  EXPECT_EQ(nlohmann::json::parse(json.err)["output"], "-");
+  // merge: the same rule.
+  const CliRun merge = abf("merge file.abf -o -");
+  ASSERT_EQ(merge.status, 0) << merge.err;
+  EXPECT_TRUE(merge.out == build.out);
+  EXPECT_NE(merge.err.find("wrote <stdout>: merged 1 snapshot, "), std::string::npos) << merge.err;
+}
+
+TEST_F(CliTest, DashReadsSnapshotsFromStandardInput) {
+  write("members.txt", hex_lines(300, 52));
+  write("candidates.txt", hex_lines(300, 52) + hex_lines(200, 53));
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 --catalog-version 7 -i members.txt -o c.abf").status, 0);
+  const CliRun from_file = abf("inspect c.abf --json");
+  const CliRun inspect = test::run_shell(dir_, "$ABF inspect - --json < c.abf");
+  ASSERT_EQ(inspect.status, 0) << inspect.err;
+  auto file_json = nlohmann::json::parse(from_file.out);
+  auto stdin_json = nlohmann::json::parse(inspect.out);
+  EXPECT_EQ(stdin_json["path"], "-");
+  file_json.erase("path");
+  stdin_json.erase("path");
+  EXPECT_EQ(stdin_json, file_json);
+  const CliRun text = test::run_shell(dir_, "$ABF inspect - < c.abf");
+  EXPECT_NE(text.out.find("snapshot              <stdin>"), std::string::npos) << text.out;
+  // A pipeline: build to stdout, query from stdin.
+  const CliRun piped =
+      test::run_shell(dir_,
+                      "$ABF build -n 1000 -p 0.01 -i members.txt -o - 2>/dev/null | "
+                      "$ABF query -s - -i candidates.txt --summary");
+  const CliRun direct = abf("query -s c.abf -i candidates.txt --summary");
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(piped.out, direct.out);
+  // merge takes one input from stdin.
+  const CliRun merged =
+      test::run_shell(dir_, "$ABF merge - c.abf -o m.abf --catalog-version 7 < c.abf");
+  ASSERT_EQ(merged.status, 0) << merged.err;
+  // A corrupt snapshot on stdin is refused like a file, saying where.
+  std::string bytes = test::read_file(path("c.abf"));
+  bytes[200] ^= 1;
+  write("corrupt.abf", bytes);
+  const CliRun corrupt = test::run_shell(dir_, "$ABF inspect - < corrupt.abf");
+  expect_failure(corrupt, "snapshot_payload_checksum");
+  EXPECT_NE(corrupt.err.find("<stdin>"), std::string::npos) << corrupt.err;
+  // Standard input can feed only one argument.
+  EXPECT_EQ(test::run_shell(dir_, "$ABF query -s - < c.abf").status, 2);
+  EXPECT_EQ(test::run_shell(dir_, "$ABF merge - - -o x.abf < c.abf").status, 2);
+}
+
+TEST_F(CliTest, UnknownCommandsSuggestTheClosest) {
+  const CliRun typo = abf("qurey -s c.abf");
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_NE(typo.err.find("unknown command 'qurey'; did you mean 'query'?"), std::string::npos)
+      << typo.err;
+  const CliRun nested = abf("catalog stat --db c.db");
+  EXPECT_EQ(nested.status, 2);
+  EXPECT_NE(nested.err.find("abf catalog: unknown command 'stat'; did you mean 'stats'?"),
+            std::string::npos)
+      << nested.err;
+  const CliRun prefix = abf("insp c.abf");
+  EXPECT_NE(prefix.err.find("did you mean 'inspect'?"), std::string::npos) << prefix.err;
+  const CliRun far = abf("frobnicate");
+  EXPECT_EQ(far.status, 2);
+  EXPECT_NE(far.err.find("unknown command 'frobnicate'; the commands are demo, build, query"),
+            std::string::npos)
+      << far.err;
+  const CliRun none = abf("");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.err.find("a command is required: demo, build"), std::string::npos) << none.err;
+  EXPECT_EQ(abf("--help").status, 0);
+}
+
+// 0 ok, 1 runtime error (a missing file included), 2 usage: the same rule in
+// every command.
+TEST_F(CliTest, EveryCommandFollowsOneExitCodeRule) {
+  write("members.txt", hex_lines(10, 54));
+  ASSERT_EQ(abf("build -n 10 -p 0.01 -i members.txt -o c.abf").status, 0);
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  for (const std::string missing : {
+           "build -n 10 -p 0.01 -i nope.txt -o x.abf",
+           "build --from-catalog nope.db -n 10 -p 0.01 -o x.abf",
+           "query -s nope.abf -i members.txt",
+           "query -s c.abf -i nope.txt",
+           "inspect nope.abf",
+           "merge nope.abf -o x.abf",
+           "merge c.abf nope.abf -o x.abf",
+           "digest nope.bin",
+           "dedup -s nope.abf --db c.db -i members.txt",
+           "dedup -s c.abf --db nope.db -i members.txt",
+           "catalog add --db nope.db -i members.txt",
+           "catalog add --db c.db -i nope.txt",
+           "catalog stats --db nope.db",
+           "query -s c.abf -i members.txt --key-file nope.key",
+       }) {
+    const CliRun run = abf(missing);
+    EXPECT_EQ(run.status, 1) << missing << ": " << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << missing << ": " << run.err;
+  }
+  EXPECT_FALSE(fs::exists(path("x.abf")));
+  for (const std::string usage : {
+           "build -p 0.01 -o x.abf",
+           "query",
+           "inspect",
+           "merge -o x.abf",
+           "catalog add",
+           "build -n 10 -p 0.01 -i members.txt -o x.abf --bogus",
+           "query -s c.abf --json",
+           "catalog stats --db -",
+           "dedup -s c.abf --db - -i members.txt",
+           "key generate -o -",
+           "query -s c.abf --key-file -",
+           "demo --output -",
+           "build --from-catalog c.db --distinct -n 10 -p 0.01 -o x.abf",
+       }) {
+    EXPECT_EQ(abf(usage).status, 2) << usage;
+  }
+}
+
+// ABF_BACKEND means what --backend means, and fails the same way: an unknown
+// name is a usage error in both, an engine that cannot run here a runtime
+// error (backend_unavailable) in both.
+TEST_F(CliTest, BackendEnvironmentFailsLikeTheOption) {
+  write("members.txt", hex_lines(10, 55));
+  ASSERT_EQ(abf("build -n 10 -p 0.01 -i members.txt -o c.abf").status, 0);
+  const std::string query = "query -s c.abf -i members.txt --summary";
+  const CliRun option = abf(query + " --backend quantum");
+  const CliRun env = test::run_shell(dir_, "ABF_BACKEND=quantum $ABF " + query);
+  EXPECT_EQ(option.status, 2);
+  EXPECT_EQ(env.status, 2);
+  EXPECT_NE(option.err.find("--backend: quantum not in {auto,scalar,simd,cuda}"), std::string::npos)
+      << option.err;
+  EXPECT_NE(env.err.find("ABF_BACKEND: quantum not in {auto,scalar,simd,cuda}"), std::string::npos)
+      << env.err;
+  for (const std::string command : {"build -n 10 -p 0.01 -i members.txt -o b.abf", "demo"}) {
+    EXPECT_EQ(test::run_shell(dir_, "ABF_BACKEND=quantum $ABF " + command).status, 2) << command;
+  }
+  for (const BackendInfo& engine : list_backends()) {
+    const std::string name(engine.backend.name());
+    const CliRun by_option = abf(query + " --backend " + name);
+    const CliRun by_env = test::run_shell(dir_, "ABF_BACKEND=" + name + " $ABF " + query);
+    EXPECT_EQ(by_option.status, by_env.status) << name;
+    EXPECT_EQ(by_option.out, by_env.out) << name;
+    if (engine.available) {
+      EXPECT_EQ(by_env.status, 0) << name << ": " << by_env.err;
+    } else {
+      expect_failure(by_option, "backend_unavailable: backend " + name + " cannot run here");
+      expect_failure(by_env, "backend_unavailable: ABF_BACKEND=" + name + ": backend " + name +
+                                 " cannot run here");
+    }
+  }
+  // The option wins over the environment.
+  EXPECT_EQ(test::run_shell(dir_, "ABF_BACKEND=quantum $ABF " + query + " --backend scalar").status,
+            2);
+  EXPECT_EQ(test::run_shell(dir_, "ABF_BACKEND=simd $ABF " + query + " --backend scalar").status,
+            0);
+}
+
+// A failed write or flush of standard output is exit 1 with an error, in
+// every command that prints something (issue 14: they all exited 0).
+TEST_F(CliTest, LostStandardOutputIsAFailure) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  write("members.txt", hex_lines(100, 56));
+  write("blob", "some artifact");
+  ASSERT_EQ(abf("build -n 100 -p 0.01 -i members.txt -o c.abf").status, 0);
+  for (const std::string command : {
+           "digest blob",
+           "digest blob --json",
+           "inspect c.abf",
+           "inspect c.abf --json",
+           "build -n 100 -p 0.01 -i members.txt -o b.abf",
+           "build -n 100 -p 0.01 -i members.txt -o b.abf --json",
+           "build -n 100 -p 0.01 -i members.txt -o -",
+           "merge c.abf -o m.abf",
+           "merge c.abf -o -",
+           "query -s c.abf -i members.txt",
+           "query -s c.abf -i members.txt --summary",
+           "query -s c.abf -i members.txt --summary --json",
+           "key generate -o new.key",
+           "--help",
+           "--version",
+           "build --help",
+       }) {
+    const CliRun run = test::run_shell(dir_, "$ABF " + command + " > /dev/full");
+    EXPECT_EQ(run.status, 1) << command << ": " << run.err;
+    EXPECT_NE(run.err.find("No space left on device"), std::string::npos)
+        << command << ": " << run.err;
+  }
+  // The files were still written: only the report was lost, and the error
+  // says what was done.
+  EXPECT_TRUE(fs::exists(path("b.abf")));
+  EXPECT_TRUE(fs::exists(path("m.abf")));
+  EXPECT_TRUE(fs::exists(path("new.key")));
+  EXPECT_NE(test::run_shell(dir_, "$ABF key generate -o other.key > /dev/full")
+                .err.find("wrote other.key, but printing its fingerprint failed"),
+            std::string::npos);
+}
+
+// Answers for standard output are staged: a bad line late in the input
+// (after 65,536 good ones, which were written to stdout before) leaves
+// stdout empty; a good run writes exactly what --output FILE would.
+TEST_F(CliTest, FailedQueryWritesNothingToStandardOutput) {
+  write("members.txt", hex_lines(1000, 57));
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 -i members.txt -o c.abf").status, 0);
+  const std::string good = hex_lines(100'000, 58);  // 7.2 MB of answers: staged on disk
+  write("good.txt", good);
+  write("bad.txt", good + "not a digest\n");
+  const CliRun bad = abf("query -s c.abf -i bad.txt");
+  expect_failure(bad, "invalid_digest");
+  EXPECT_NE(bad.err.find("line 100001"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out.size(), 0u);
+  const CliRun ok = abf("query -s c.abf -i good.txt");
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  ASSERT_EQ(abf("query -s c.abf -i good.txt -o answers.tsv").status, 0);
+  EXPECT_EQ(std::count(ok.out.begin(), ok.out.end(), '\n'), 100'000);
+  EXPECT_GT(ok.out.size(), std::size_t{1} << 20);  // more than the staging memory
+  EXPECT_TRUE(ok.out == test::read_file(path("answers.tsv"))) << "staged output differs";
+  // Staging needs TMPDIR once the output passes 1 MiB: an unusable one is a
+  // clear error, and stdout still gets nothing.
+  const CliRun no_tmp = test::run_shell(
+      dir_, "TMPDIR=" + path("missing").string() + " $ABF query -s c.abf -i good.txt");
+  expect_failure(no_tmp, "TMPDIR");
+  EXPECT_EQ(no_tmp.out.size(), 0u);
+  // Small answers never touch TMPDIR.
+  write("few.txt", hex_lines(10, 58));
+  EXPECT_EQ(test::run_shell(
+                dir_, "TMPDIR=" + path("missing").string() + " $ABF query -s c.abf -i few.txt")
+                .status,
+            0);
+}
+
+TEST_F(CliTest, DigestWithoutFilesReadsStandardInput) {
+  write("blob", "piped artifact");
+  const std::string hex = sha256(std::string_view("piped artifact")).hex();
+  const CliRun piped = test::run_shell(dir_, "$ABF digest < blob");
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(piped.out, hex + "  -\n");
+  EXPECT_EQ(test::run_shell(dir_, "cat blob | $ABF digest -").out, hex + "  -\n");
+  const CliRun json = abf("digest blob --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out),
+            nlohmann::json::parse(R"({"files": [{"file": "blob", "sha256": ")" + hex + R"("}]})"));
+  // A file that cannot be read is reported; the others are still hashed.
+  const CliRun partial = abf("digest nope blob");
+  EXPECT_EQ(partial.status, 1);
+  EXPECT_EQ(partial.out, hex + "  blob\n");
+  EXPECT_NE(partial.err.find("nope"), std::string::npos) << partial.err;
+}
+
+// build says whether its count includes repeats; --distinct drops them, so
+// insertedItemCount is the distinct count and the snapshot is the build of
+// the distinct digests, byte for byte.
+TEST_F(CliTest, BuildReportsRepeatsAndDistinctDropsThem) {
+  const auto digests = test::random_digests(932, 59);
+  std::string text;
+  std::string distinct_text;
+  for (const auto& d : digests) distinct_text += d.hex() + "\n";
+  for (std::size_t i = 0; i < 1285; ++i) text += digests[(i * 7) % 932].hex() + "\n";
+  for (std::size_t i = 0; i < 932; i += 2) text += "sha256:" + digests[i].hex() + "\n";
+  write("with-repeats.txt", text);
+  write("distinct.txt", distinct_text);
+  const std::size_t read = 1285 + 466;
+
+  const CliRun plain = abf("build -n 2000 -p 0.01 -i with-repeats.txt -o plain.abf");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(plain.out.find(with_commas_for_test(read) + " digests, repeats included (not checked"),
+            std::string::npos)
+      << plain.out;
+  const auto plain_json = nlohmann::json::parse(
+      abf("build -n 2000 -p 0.01 -i with-repeats.txt -o plain.abf --json").out);
+  EXPECT_EQ(plain_json["inserted_item_count"], read);
+  EXPECT_EQ(plain_json["repeats_checked"], false);
+  EXPECT_TRUE(plain_json["repeats"].is_null());
+
+  const CliRun distinct = abf("build -n 2000 -p 0.01 -i with-repeats.txt -o d.abf --distinct");
+  ASSERT_EQ(distinct.status, 0) << distinct.err;
+  EXPECT_NE(distinct.out.find("932 distinct digests (" + with_commas_for_test(read - 932) +
+                              " repeats among " + with_commas_for_test(read) + " read, dropped)"),
+            std::string::npos)
+      << distinct.out;
+  ASSERT_EQ(abf("build -n 2000 -p 0.01 -i distinct.txt -o once.abf").status, 0);
+  EXPECT_TRUE(test::read_file(path("d.abf")) == test::read_file(path("once.abf")))
+      << "--distinct differs from a build of the distinct digests";
+  EXPECT_EQ(load_snapshot(path("d.abf"))->inserted_item_count(), 932u);
+  const auto json = nlohmann::json::parse(
+      abf("build -n 2000 -p 0.01 -i with-repeats.txt -o d.abf --distinct --json").out);
+  EXPECT_EQ(json["input_digests"], read);
+  EXPECT_EQ(json["repeats"], read - 932);
+  EXPECT_EQ(json["repeats_checked"], true);
+  EXPECT_EQ(json["inserted_item_count"], 932);
+  // Capacity counts distinct digests: 932 fit in 1000 with --distinct only.
+  EXPECT_EQ(abf("build -n 1000 -p 0.01 -i with-repeats.txt -o small.abf --distinct").status, 0);
+  expect_failure(abf("build -n 1000 -p 0.01 -i with-repeats.txt -o small2.abf"),
+                 "capacity_exceeded");
+  expect_failure(abf("build -n 900 -p 0.01 -i with-repeats.txt -o small3.abf --distinct"),
+                 "capacity_exceeded");
+  EXPECT_FALSE(fs::exists(path("small3.abf")));
+}
+
+// Progress shows on a terminal only: under script(1) (a pseudo-terminal) a
+// digest of a slow pipe and a slow catalog add show their lines; with
+// stderr a file, as in every other test here, nothing but errors appears.
+TEST_F(CliTest, ProgressShowsOnATerminalOnly) {
+  if (std::system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
+  write("members.txt", hex_lines(20, 66));
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  const CliRun tty = test::run_shell(
+      dir_,
+      "script -qec '(sleep 1.4; echo x) | '\"$ABF\"' digest' /dev/null; "
+      "script -qec '(sleep 1.4; cat members.txt) | '\"$ABF\"' catalog add --db c.db' /dev/null");
+  ASSERT_EQ(tty.status, 0) << tty.err;
+  EXPECT_NE(tty.out.find("hashing - (1."), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("adding to c.db (1."), std::string::npos) << tty.out;
+  const CliRun file = test::run_shell(dir_, "(sleep 1.2; echo x) | $ABF digest");
+  ASSERT_EQ(file.status, 0);
+  EXPECT_EQ(file.err, "");
+}
+
+// Every command that reports something has --json, with snake_case keys.
+TEST_F(CliTest, EveryJsonReportUsesSnakeCaseKeys) {
+  write("members.txt", hex_lines(50, 60));
+  write("blob", "x");
+  const std::vector<std::string> commands = {
+      "build -n 100 -p 0.01 -i members.txt -o c.abf --json",
+      "build -n 100 -p 0.01 -i members.txt -o d.abf --distinct --json",
+      "query -s c.abf -i members.txt --summary --json",
+      "merge c.abf -o m.abf --json",
+      "digest blob --json",
+      "inspect c.abf --json",
+      "catalog init --db c.db --json",
+      "catalog add --db c.db -i members.txt --json",
+      "catalog remove --db c.db -i members.txt --json",
+      "catalog stats --db c.db --json",
+      "catalog upgrade --db c.db --json",
+      "build --from-catalog c.db -n 100 -p 0.01 -o cat.abf --json",
+      "dedup -s cat.abf --db c.db -i members.txt -o new.txt --json",
+      "key generate -o k.key --json",
+      "bench --scenario l2 --backend scalar --threads 1 --repetitions 1 --json",
+  };
+  for (const std::string& command : commands) {
+    const CliRun run = abf(command);
+    ASSERT_EQ(run.status, 0) << command << ": " << run.err;
+    nlohmann::json json;
+    ASSERT_NO_THROW(json = nlohmann::json::parse(run.out)) << command << ": " << run.out;
+    EXPECT_TRUE(json.is_object()) << command;
+    expect_snake_case_keys(json, command);
   }
 }
 

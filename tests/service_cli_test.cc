@@ -18,6 +18,7 @@
 
 #include "abf/abf.hpp"
 #include "abf/service/sqlite_catalog.hpp"
+#include "cli_shell.hpp"
 #include "test_support.hpp"
 
 namespace abf::service {
@@ -76,9 +77,9 @@ TEST_F(ServiceCliTest, CatalogCommandsKeepVersions) {
   auto stats = abf("catalog stats --db c.db --json");
   ASSERT_EQ(stats.status, 0) << stats.err;
   const auto json = nlohmann::json::parse(stats.out);
-  EXPECT_EQ(json["latestVersion"].get<std::uint64_t>(), 2u);
-  EXPECT_EQ(json["liveArtifacts"].get<std::uint64_t>(), 48u);
-  EXPECT_EQ(json["removedRows"].get<std::uint64_t>(), 1u + 1u);
+  EXPECT_EQ(json["latest_version"].get<std::uint64_t>(), 2u);
+  EXPECT_EQ(json["live_artifacts"].get<std::uint64_t>(), 48u);
+  EXPECT_EQ(json["removed_rows"].get<std::uint64_t>(), 1u + 1u);
   // Binary input too.
   const auto more = test::random_digests(5, 3);
   {
@@ -188,29 +189,29 @@ TEST_F(ServiceCliTest, DedupPrintsExactlyTheDigestsNotInTheCatalog) {
     const auto total = stats["total"].get<std::uint64_t>();
     const auto negative = stats["negative"].get<std::uint64_t>();
     const auto maybe = stats["maybe"].get<std::uint64_t>();
-    const auto fp = stats["falsePositives"].get<std::uint64_t>();
-    const auto lookups = stats["exactLookups"].get<std::uint64_t>();
+    const auto fp = stats["false_positives"].get<std::uint64_t>();
+    const auto lookups = stats["exact_lookups"].get<std::uint64_t>();
     EXPECT_EQ(total, 3000u);
     EXPECT_EQ(stats["new"].get<std::uint64_t>(), expected.size());
-    EXPECT_EQ(stats["catalogVersion"].get<std::uint64_t>(), 2u);
-    EXPECT_EQ(stats["exactLookupsAvoided"].get<std::uint64_t>(), total - lookups);
+    EXPECT_EQ(stats["catalog_version"].get<std::uint64_t>(), 2u);
+    EXPECT_EQ(stats["exact_lookups_avoided"].get<std::uint64_t>(), total - lookups);
     if (std::string(mode).empty()) {
       EXPECT_EQ(negative + maybe, total);
       EXPECT_EQ(lookups, maybe);
       EXPECT_EQ(maybe, 598u + fp);  // 600 members asked, 2 of them removed: those are fps
       EXPECT_GE(fp, 2u);
       EXPECT_GT(negative, 2000u);
-      EXPECT_DOUBLE_EQ(stats["negativeBypassRatio"].get<double>(),
+      EXPECT_DOUBLE_EQ(stats["negative_bypass_ratio"].get<double>(),
                        static_cast<double>(negative) / static_cast<double>(total));
-      EXPECT_DOUBLE_EQ(stats["observedFalsePositiveRate"].get<double>(),
+      EXPECT_DOUBLE_EQ(stats["observed_false_positive_rate"].get<double>(),
                        static_cast<double>(fp) / static_cast<double>(negative + fp));
-      EXPECT_DOUBLE_EQ(stats["falseDiscoveryRatio"].get<double>(),
+      EXPECT_DOUBLE_EQ(stats["false_discovery_ratio"].get<double>(),
                        static_cast<double>(fp) / static_cast<double>(maybe));
     } else {
       EXPECT_EQ(lookups, total);
       EXPECT_EQ(negative, 0u);
     }
-    EXPECT_NE(run.err.find("negativeBypassRatio"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("negative_bypass_ratio"), std::string::npos) << run.err;
   }
   // --output writes the same lines to a file.
   auto to_file = abf("dedup -s c.abf --db c.db -i candidates.txt -o new.txt");
@@ -317,7 +318,7 @@ TEST_F(DedupFailureTest, CatalogAddWithMalformedInputChangesNothing) {
   EXPECT_EQ(test::read_file(path("c.db")), db_before_);
   auto stats = abf("catalog stats --db c.db --json");
   ASSERT_EQ(stats.status, 0);
-  EXPECT_EQ(nlohmann::json::parse(stats.out)["latestVersion"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["latest_version"].get<std::uint64_t>(), 1u);
 }
 
 // ---- Catalog identity: issue 12 -------------------------------------------
@@ -414,8 +415,8 @@ TEST_F(CatalogIdentityCliTest, InitPrintsTheIdThatStatsAndSnapshotsCarry) {
   const CliRun stats = abf("catalog stats --db c.db --json");
   ASSERT_EQ(stats.status, 0) << stats.err;
   const auto json = nlohmann::json::parse(stats.out);
-  EXPECT_EQ(json["catalogId"].get<std::string>(), id_);
-  EXPECT_EQ(json["schemaVersion"].get<int>(), kCatalogSchemaVersion);
+  EXPECT_EQ(json["catalog_id"].get<std::string>(), id_);
+  EXPECT_EQ(json["schema_version"].get<int>(), kCatalogSchemaVersion);
   const CliRun text = abf("catalog stats --db c.db");
   EXPECT_NE(text.out.find("catalog id       " + id_), std::string::npos) << text.out;
   ASSERT_EQ(abf("build --from-catalog c.db -n 5000 -p 0.01 -o own.abf").status, 0);
@@ -431,8 +432,8 @@ TEST_F(ServiceCliTest, SchemaOneCatalogIsRefusedUntilUpgraded) {
   // Read-only, it has no id yet: stats says so, builds and dedups refuse.
   const CliRun stats = abf("catalog stats --db old.db --json");
   ASSERT_EQ(stats.status, 0) << stats.err;
-  EXPECT_TRUE(nlohmann::json::parse(stats.out)["catalogId"].is_null()) << stats.out;
-  EXPECT_EQ(nlohmann::json::parse(stats.out)["schemaVersion"].get<int>(), 1);
+  EXPECT_TRUE(nlohmann::json::parse(stats.out)["catalog_id"].is_null()) << stats.out;
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["schema_version"].get<int>(), 1);
   const CliRun build = abf("build --from-catalog old.db -n 100 -p 0.01 -o old.abf");
   EXPECT_EQ(build.status, 1);
   EXPECT_NE(build.err.find("catalog upgrade"), std::string::npos) << build.err;
@@ -474,6 +475,121 @@ TEST_F(CatalogIdentityCliTest, KeyedSnapshotDedupsOnlyWithItsKey) {
   for (const CliRun& run : {built, fresh}) {
     EXPECT_EQ((run.out + run.err).find(key.hex), std::string::npos);
   }
+}
+
+// ---- Duplicates, staged output and lost stdout (issues 13 and 14) ---------
+
+class DedupRepeatsTest : public ServiceCliTest {
+ protected:
+  void SetUp() override {
+    ServiceCliTest::SetUp();
+    members_ = test::member_digests(100);
+    write_hex("members.txt", members_);
+    ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+    ASSERT_EQ(abf("catalog add --db c.db -i members.txt").status, 0);
+    ASSERT_EQ(abf("build --from-catalog c.db -n 100 -p 0.01 -o c.abf").status, 0);
+  }
+  std::vector<Digest> members_;
+};
+
+// dedup writes each new digest once, at its first occurrence, in input
+// order, and counts the rest as repeats: total = new + repeats + present.
+TEST_F(DedupRepeatsTest, EachNewDigestIsWrittenOnceInInputOrder) {
+  const auto fresh = test::random_digests(50, 61);
+  std::vector<Digest> candidates;
+  std::vector<std::string> expected;
+  std::set<Digest> written;
+  for (std::size_t i = 0; i < 400; ++i) {
+    const Digest digest =
+        i % 4 == 0 ? members_[i % members_.size()] : fresh[(i * i) % fresh.size()];
+    candidates.push_back(digest);
+    if (i % 4 != 0 && written.insert(digest).second) expected.push_back(digest.hex());
+  }
+  write_hex("candidates.txt", candidates);
+  for (const char* mode : {"", " --exact-only"}) {
+    const CliRun run =
+        abf(std::string("dedup -s c.abf --db c.db -i candidates.txt --json -o new.txt") + mode);
+    ASSERT_EQ(run.status, 0) << run.err;
+    EXPECT_EQ(lines(test::read_file(path("new.txt"))), expected) << mode;
+    const auto stats = nlohmann::json::parse(run.out);
+    EXPECT_EQ(stats["total"], 400u);
+    EXPECT_EQ(stats["present"], 100u);
+    EXPECT_EQ(stats["new"], expected.size());
+    EXPECT_EQ(stats["repeats"], 300u - expected.size());
+  }
+  // The counts go to stderr when stdout has the digests.
+  const CliRun to_stdout = abf("dedup -s c.abf --db c.db -i candidates.txt --json");
+  ASSERT_EQ(to_stdout.status, 0) << to_stdout.err;
+  EXPECT_EQ(lines(to_stdout.out), expected);
+  EXPECT_EQ(nlohmann::json::parse(to_stdout.err)["repeats"], 300u - expected.size());
+}
+
+// The new digests for stdout are staged: a bad line after 65,536 new
+// digests (which used to reach stdout first) leaves stdout empty.
+TEST_F(DedupRepeatsTest, FailedDedupWritesNothingToStandardOutput) {
+  std::string text;
+  for (const Digest& d : test::random_digests(70'000, 62)) text += d.hex() + "\n";
+  std::ofstream(path("bad.txt")) << text << "bad line\n";
+  const CliRun run = abf("dedup -s c.abf --db c.db -i bad.txt");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.err.find("line 70001"), std::string::npos) << run.err;
+  EXPECT_EQ(run.out.size(), 0u);
+  std::ofstream(path("good.txt")) << text;
+  const CliRun good = abf("dedup -s c.abf --db c.db -i good.txt");
+  ASSERT_EQ(good.status, 0) << good.err;
+  EXPECT_EQ(good.out, text);
+}
+
+TEST_F(DedupRepeatsTest, SnapshotFromStandardInput) {
+  write_hex("candidates.txt", test::random_digests(20, 63));
+  const CliRun from_file = abf("dedup -s c.abf --db c.db -i candidates.txt");
+  const CliRun piped = test::run_shell(dir_, "$ABF dedup -s - --db c.db -i candidates.txt < c.abf");
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(piped.out, from_file.out);
+  // A snapshot of another catalog is refused from stdin too.
+  ASSERT_EQ(abf("catalog init --db other.db").status, 0);
+  const CliRun foreign =
+      test::run_shell(dir_, "$ABF dedup -s - --db other.db -i candidates.txt < c.abf");
+  EXPECT_EQ(foreign.status, 1);
+  EXPECT_NE(foreign.err.find("catalog_mismatch"), std::string::npos) << foreign.err;
+  EXPECT_EQ(test::run_shell(dir_, "$ABF dedup -s - --db c.db < c.abf").status, 2);
+}
+
+TEST_F(DedupRepeatsTest, BuildFromCatalogReportsNoRepeats) {
+  const CliRun run = abf("build --from-catalog c.db -n 100 -p 0.01 -o x.abf --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["source"], "catalog");
+  EXPECT_EQ(json["repeats"], 0u);
+  EXPECT_EQ(json["repeats_checked"], true);
+  EXPECT_EQ(json["inserted_item_count"], 100u);
+  EXPECT_NE(abf("build --from-catalog c.db -n 100 -p 0.01 -o x.abf").out.find("no repeats"),
+            std::string::npos);
+}
+
+// A failed write of stdout is exit 1: catalog stats, and catalog add, whose
+// change is committed by then (the error says so).
+TEST_F(DedupRepeatsTest, LostStandardOutputIsAFailure) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  write_hex("fresh.txt", test::random_digests(5, 65));
+  for (const std::string command :
+       {"catalog stats --db c.db", "catalog stats --db c.db --json", "catalog init --db new.db",
+        "catalog upgrade --db c.db", "dedup -s c.abf --db c.db -i fresh.txt",
+        "dedup -s c.abf --db c.db -i members.txt -o n.txt --json",
+        "build --from-catalog c.db -n 100 -p 0.01 -o y.abf"}) {
+    const CliRun run = test::run_shell(dir_, "$ABF " + command + " > /dev/full");
+    EXPECT_EQ(run.status, 1) << command << ": " << run.err;
+    EXPECT_NE(run.err.find("No space left on device"), std::string::npos)
+        << command << ": " << run.err;
+  }
+  write_hex("more.txt", test::random_digests(5, 64));
+  const CliRun add = test::run_shell(dir_, "$ABF catalog add --db c.db -i more.txt > /dev/full");
+  EXPECT_EQ(add.status, 1);
+  EXPECT_NE(add.err.find("catalog version 2 of c.db was committed, but printing it failed"),
+            std::string::npos)
+      << add.err;
+  const auto stats = nlohmann::json::parse(abf("catalog stats --db c.db --json").out);
+  EXPECT_EQ(stats["latest_version"], 2u);
 }
 
 }  // namespace
