@@ -58,6 +58,18 @@ TEST(DigestReader, ReadsHexSkippingBlankLinesAcrossChunks) {
   EXPECT_EQ(reader.read(out).value(), 0u);
 }
 
+// Empty input once handed memchr a null pointer (UBSan: "null pointer passed
+// as argument 1, which is declared to never be null").
+TEST(DigestReader, EmptyInputInMemoryHasNoDigests) {
+  for (const InputFormat format : {InputFormat::kHex, InputFormat::kBinary}) {
+    auto reader = DigestReader::from_memory("", format);
+    std::vector<Digest> out(4);
+    EXPECT_EQ(reader.read(out).value(), 0u);
+    EXPECT_EQ(reader.read_all().value().size(), 0u);
+    EXPECT_EQ(reader.bytes_read(), 0u);
+  }
+}
+
 TEST(DigestReader, ReportsTheLineOfAMalformedDigest) {
   const std::string text = kHex + "\n" + kHex + "\n" + kHex.substr(2) + "\n";
   auto reader = DigestReader::from_memory(text, InputFormat::kHex, "input.txt");

@@ -104,7 +104,10 @@ struct DigestReader::State {
     std::size_t produced = 0;
     while (produced < out.size()) {
       const char* start = buffer.data() + begin;
-      const auto* newline = static_cast<const char*>(std::memchr(start, '\n', end - begin));
+      // memchr needs a valid pointer even for 0 bytes, and an empty buffer
+      // has none.
+      const auto* newline =
+          begin == end ? nullptr : static_cast<const char*>(std::memchr(start, '\n', end - begin));
       std::size_t length = 0;
       std::size_t advance = 0;
       if (newline != nullptr) {
