@@ -230,4 +230,9 @@ std::filesystem::path make_temp_dir(std::string_view prefix) {
   return pattern;
 }
 
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
 }  // namespace abf::test

@@ -60,6 +60,22 @@ CatalogId golden_catalog_id();
 // (mkdtemp: unique, so tests run in parallel). The caller removes it.
 std::filesystem::path make_temp_dir(std::string_view prefix);
 
+// A make_temp_dir folder that is removed, with all it holds, when this goes
+// out of scope, also when an assertion ends the test early.
+class TempDir {
+ public:
+  explicit TempDir(std::string_view prefix) : path_(make_temp_dir(prefix)) {}
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 // What a run of the `abf` binary did.
 struct CliRun {
   int status = -1;  // exit status; -1 if it did not exit normally

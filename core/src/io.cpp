@@ -1,11 +1,16 @@
 #include "abf/io.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -36,12 +41,14 @@ struct DigestReader::State {
   int fd = -1;
   bool owns_fd = false;
   bool eof = false;
+  bool regular_file = false;  // then size_hint is the size it had when opened
   std::vector<char> buffer;
   std::size_t begin = 0;  // unread bytes are buffer[begin, end)
   std::size_t end = 0;
   std::uint64_t consumed = 0;  // bytes before buffer[begin]
   std::uint64_t line = 0;      // lines consumed (hex)
   std::uint64_t size_hint = 0;
+  std::uint64_t received = 0;  // bytes read from fd so far
 
   ~State() {
     if (owns_fd && fd >= 0) ::close(fd);
@@ -61,10 +68,18 @@ struct DigestReader::State {
         return fail(ErrorCode::kIo, name + ": read error: " + errno_text());
       }
       if (got == 0) {
+        // A file cut short while we read it would otherwise pass for a
+        // complete, shorter input.
+        if (regular_file && received < size_hint) {
+          return fail(ErrorCode::kIo, name + ": the file shrank while being read (it ended at " +
+                                          std::to_string(received) + " of the " +
+                                          std::to_string(size_hint) + " bytes it had when opened)");
+        }
         eof = true;
         break;
       }
       end += static_cast<std::size_t>(got);
+      received += static_cast<std::uint64_t>(got);
     }
     return {};
   }
@@ -152,17 +167,25 @@ Result<DigestReader> DigestReader::open(const std::filesystem::path& path, Input
     state->fd = STDIN_FILENO;
   } else {
     state->name = path.string();
-    state->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    state->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (state->fd < 0) {
       return fail(ErrorCode::kIo, state->name + ": cannot open: " + errno_text());
     }
     state->owns_fd = true;
-    struct stat info {};
-    if (::fstat(state->fd, &info) == 0) {
-      if (S_ISDIR(info.st_mode)) {
-        return fail(ErrorCode::kIo, state->name + ": is a directory");
-      }
-      if (S_ISREG(info.st_mode)) state->size_hint = static_cast<std::uint64_t>(info.st_size);
+  }
+  struct stat info {};
+  if (::fstat(state->fd, &info) != 0) {
+    return fail(ErrorCode::kIo, state->name + ": cannot stat: " + errno_text());
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return fail(ErrorCode::kIo, state->name + ": is a directory, not a file of digests");
+  }
+  if (S_ISREG(info.st_mode)) {
+    state->regular_file = true;
+    state->size_hint = static_cast<std::uint64_t>(info.st_size);
+    // Standard input redirected from a file may start part way in.
+    if (const off_t at = ::lseek(state->fd, 0, SEEK_CUR); at > 0) {
+      state->size_hint -= std::min(state->size_hint, static_cast<std::uint64_t>(at));
     }
   }
   state->buffer.resize(kReadBuffer);
@@ -201,21 +224,153 @@ std::uint64_t DigestReader::bytes_read() const noexcept { return state_->consume
 std::uint64_t DigestReader::size_hint() const noexcept { return state_->size_hint; }
 const std::string& DigestReader::source_name() const noexcept { return state_->name; }
 
+// ------------------------------------------------- temporary files and signals
+
+namespace {
+
+// The live temporary files, for the signal handler. A fixed table of plain
+// slots, because a handler may not allocate or take locks: a slot is claimed
+// (0 -> 1), filled, then published (1 -> 2), and freed (-> 0) before its
+// folder's descriptor is closed.
+constexpr int kTempSlots = 64;
+struct TempSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled, 2 live
+  int dir_fd = -1;
+  char name[NAME_MAX + 1] = {};
+};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler reads these");
+TempSlot g_temp_slots[kTempSlots];
+
+int register_temp(int dir_fd, const std::string& name) {
+  if (name.size() > NAME_MAX) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (g_temp_slots[i].state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      g_temp_slots[i].dir_fd = dir_fd;
+      std::memcpy(g_temp_slots[i].name, name.c_str(), name.size() + 1);
+      g_temp_slots[i].state.store(2, std::memory_order_release);
+      return i;
+    }
+  }
+  return -1;  // full: this file is still removed on every path but a signal
+}
+
+void unregister_temp(int slot) {
+  if (slot >= 0) g_temp_slots[slot].state.store(0, std::memory_order_release);
+}
+
+extern "C" void remove_temporaries_and_reraise(int signal_number) {
+  for (auto& slot : g_temp_slots) {
+    if (slot.state.load(std::memory_order_acquire) == 2) ::unlinkat(slot.dir_fd, slot.name, 0);
+  }
+  // Die of the same signal: it is blocked while this handler runs, so the
+  // raise takes effect, with the default action, as the handler returns.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  ::sigaction(signal_number, &default_action, nullptr);
+  ::raise(signal_number);
+}
+
+// Six characters for a temporary name. O_EXCL makes a guessed name harmless
+// (creation fails and we try another), so they need only be unlikely to
+// collide, not secret.
+std::string random_suffix() {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::uint8_t bytes[6];
+  if (::getrandom(bytes, sizeof bytes, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof bytes)) {
+    static std::atomic<std::uint64_t> counter{0};
+    std::uint64_t x =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+        (static_cast<std::uint64_t>(::getpid()) << 32) ^
+        (counter.fetch_add(1) * 0x9e3779b97f4a7c15ull);
+    for (auto& b : bytes) {
+      x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
+      b = static_cast<std::uint8_t>(x >> 56);
+    }
+  }
+  std::string suffix;
+  for (const auto b : bytes) suffix += kAlphabet[b % (sizeof kAlphabet - 1)];
+  return suffix;
+}
+
+// Where an output path leads: symbolic links followed to the file (or the
+// missing name) they end at.
+struct OutputTarget {
+  std::filesystem::path path;
+  bool exists = false;
+  struct stat info {};
+};
+
+Result<OutputTarget> resolve_output(const std::filesystem::path& path) {
+  OutputTarget target{path};
+  for (int links = 0;; ++links) {
+    if (::lstat(target.path.c_str(), &target.info) != 0) {
+      if (errno == ENOENT) return target;  // a new file (the folder is checked later)
+      return fail(ErrorCode::kIo,
+                  path.string() + ": cannot stat '" + target.path.string() + "': " + errno_text());
+    }
+    if (!S_ISLNK(target.info.st_mode)) {
+      target.exists = true;
+      return target;
+    }
+    if (links == 40) {
+      return fail(ErrorCode::kIo, path.string() + ": more than 40 symbolic links to follow");
+    }
+    std::string link(PATH_MAX, '\0');
+    const ssize_t length = ::readlink(target.path.c_str(), link.data(), link.size());
+    if (length < 0) {
+      return fail(ErrorCode::kIo, path.string() + ": cannot read the symbolic link '" +
+                                      target.path.string() + "': " + errno_text());
+    }
+    link.resize(static_cast<std::size_t>(length));
+    const std::filesystem::path next(link);
+    target.path = next.is_absolute() ? next : target.path.parent_path() / next;
+  }
+}
+
+}  // namespace
+
+void remove_temporary_files_on_signal() noexcept {
+  for (const int signal_number : {SIGTERM, SIGHUP, SIGINT}) {
+    struct sigaction current {};
+    if (::sigaction(signal_number, nullptr, &current) != 0) continue;
+    // Ignored (nohup) or someone else's: theirs to keep.
+    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_and_reraise;
+    sigemptyset(&action.sa_mask);
+    // The other two wait while one handler runs, so the table is walked once.
+    sigaddset(&action.sa_mask, SIGTERM);
+    sigaddset(&action.sa_mask, SIGHUP);
+    sigaddset(&action.sa_mask, SIGINT);
+    ::sigaction(signal_number, &action, nullptr);
+  }
+}
+
 // ------------------------------------------------------------------ AtomicFile
 
 struct AtomicFile::State {
-  std::filesystem::path final_path;
-  std::string temp_path;
+  enum class Kind { kStdout, kDirect, kReplace };
+  Kind kind = Kind::kReplace;
+  std::filesystem::path final_path;  // as the caller named it, for messages
   int fd = -1;
-  bool to_stdout = false;
+  // kReplace: the folder the file goes into, and the names in it.
+  int dir_fd = -1;
+  std::string final_name;
+  std::string temp_name;
+  int slot = -1;  // in the signal handler's table
   bool committed = false;
   bool replace = true;
   std::vector<std::uint8_t> pending;
 
   ~State() {
-    if (to_stdout) return;
+    if (kind == Kind::kStdout) return;
     if (fd >= 0) ::close(fd);
-    if (!committed && !temp_path.empty()) ::unlink(temp_path.c_str());
+    if (!committed && !temp_name.empty()) ::unlinkat(dir_fd, temp_name.c_str(), 0);
+    unregister_temp(slot);
+    if (dir_fd >= 0) ::close(dir_fd);
   }
 
   Result<void> write_through(std::span<const std::uint8_t> bytes) {
@@ -237,7 +392,58 @@ struct AtomicFile::State {
     return wrote;
   }
 
-  std::string display() const { return to_stdout ? "<stdout>" : final_path.string(); }
+  std::string display() const { return kind == Kind::kStdout ? "<stdout>" : final_path.string(); }
+
+  // Creates the temporary file in the target's folder, O_EXCL: never an
+  // existing name, never through a link planted there.
+  Result<void> create_temporary(const OutputTarget& target, unsigned permissions) {
+    const auto directory =
+        target.path.has_parent_path() ? target.path.parent_path() : std::filesystem::path(".");
+    dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+      return fail(ErrorCode::kIo, final_path.string() + ": cannot open the folder '" +
+                                      directory.string() + "': " + errno_text());
+    }
+    final_name = target.path.filename().string();
+    // The name's room: NAME_MAX less ".", ".tmp." and six characters.
+    const std::string stem = final_name.substr(0, NAME_MAX - 12);
+    // A file that replaces another takes its mode, so it starts private and
+    // is widened (never narrowed from wider) below.
+    const mode_t create_mode = target.exists ? 0600 : static_cast<mode_t>(permissions & 0777);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string name = ".";  // appended piecewise: GCC 12 -Wrestrict misfires on "." + str
+      name += stem;
+      name += ".tmp.";
+      name += random_suffix();
+      // The kernel applies the umask to create_mode, exactly as for any
+      // new file: no umask(2) round trip, which would race other threads.
+      fd = ::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    create_mode);
+      if (fd >= 0) {
+        temp_name = std::move(name);
+        slot = register_temp(dir_fd, temp_name);
+        break;
+      }
+      if (errno != EEXIST) break;
+    }
+    if (fd < 0) {
+      return fail(ErrorCode::kIo, final_path.string() + ": cannot create a temporary file in '" +
+                                      directory.string() + "': " + errno_text());
+    }
+    if (target.exists) {
+      // Best effort: only root may give a file away, and the mode (below)
+      // matters more.
+      if (target.info.st_uid != ::geteuid() || target.info.st_gid != ::getegid()) {
+        [[maybe_unused]] const int ignored = ::fchown(fd, target.info.st_uid, target.info.st_gid);
+      }
+      if (::fchmod(fd, target.info.st_mode & 0777) != 0) {
+        return fail(
+            ErrorCode::kIo,
+            final_path.string() + ": cannot give the new file the old one's mode: " + errno_text());
+      }
+    }
+    return {};
+  }
 };
 
 AtomicFile::AtomicFile(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -250,32 +456,38 @@ Result<AtomicFile> AtomicFile::create(const std::filesystem::path& path,
   auto state = std::make_unique<State>();
   state->pending.reserve(kReadBuffer);
   if (path == "-") {
-    state->to_stdout = true;
+    state->kind = State::Kind::kStdout;
     state->fd = STDOUT_FILENO;
     return AtomicFile(std::move(state));
   }
   state->final_path = path;
-  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
-    return fail(ErrorCode::kIo, path.string() + ": is a directory");
-  }
-  const auto directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::string temp_name = ".";  // appended piecewise: GCC 12 -Wrestrict misfires on "." + str
-  temp_name += path.filename().string();
-  temp_name += ".tmp.XXXXXX";
-  std::string temp = (directory / temp_name).string();
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) {
-    return fail(ErrorCode::kIo, path.string() + ": cannot create a temporary file in '" +
-                                    directory.string() + "': " + errno_text());
-  }
-  state->fd = fd;
-  state->temp_path = temp;
   state->replace = options.replace;
-  // mkstemp made it 0600; widen it to what was asked, less the umask.
-  if ((options.permissions & 0777) != 0600) {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd, static_cast<mode_t>(options.permissions & 0777) & ~mask);
+  auto target = resolve_output(path);
+  if (!target) return std::unexpected(target.error());
+  if (target->exists) {
+    if (S_ISDIR(target->info.st_mode))
+      return fail(ErrorCode::kIo, path.string() + ": is a directory");
+    if (!options.replace) {
+      return fail(ErrorCode::kIo, path.string() + ": exists, and is never replaced");
+    }
+    if (!S_ISREG(target->info.st_mode)) {
+      // A device or FIFO is written in place: renaming a regular file over
+      // /dev/null would replace the device itself.
+      const int fd = ::open(target->path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0) return fail(ErrorCode::kIo, path.string() + ": cannot open: " + errno_text());
+      struct stat info {};
+      if (::fstat(fd, &info) == 0 && !S_ISREG(info.st_mode)) {
+        state->kind = State::Kind::kDirect;
+        state->fd = fd;
+        return AtomicFile(std::move(state));
+      }
+      // A regular file took its place since the lstat: replace it, as any.
+      ::close(fd);
+      target->info = info;
+    }
+  }
+  if (auto created = state->create_temporary(*target, options.permissions); !created) {
+    return std::unexpected(created.error());
   }
   return AtomicFile(std::move(state));
 }
@@ -297,29 +509,50 @@ Result<void> AtomicFile::write(std::string_view text) {
 Result<void> AtomicFile::commit() {
   auto& s = *state_;
   if (auto flushed = s.flush(); !flushed) return flushed;
-  if (s.to_stdout) {
+  if (s.kind == State::Kind::kStdout) {
+    s.committed = true;
+    return {};
+  }
+  if (s.kind == State::Kind::kDirect) {
+    // A device or FIFO has nothing to sync (fsync is EINVAL there); close
+    // reports what a write could not.
+    const int fd = s.fd;
+    s.fd = -1;
+    if (::close(fd) != 0) {
+      return fail(ErrorCode::kIo, s.display() + ": close failed: " + errno_text());
+    }
     s.committed = true;
     return {};
   }
   if (::fsync(s.fd) != 0) {
     return fail(ErrorCode::kIo, s.display() + ": fsync failed: " + errno_text());
   }
-  if (::close(s.fd) != 0) {
-    s.fd = -1;
+  const int fd = s.fd;
+  s.fd = -1;
+  if (::close(fd) != 0) {
     return fail(ErrorCode::kIo, s.display() + ": close failed: " + errno_text());
   }
-  s.fd = -1;
   if (!s.replace) {
-    if (::renameat2(AT_FDCWD, s.temp_path.c_str(), AT_FDCWD, s.final_path.c_str(),
+    if (::renameat2(s.dir_fd, s.temp_name.c_str(), s.dir_fd, s.final_name.c_str(),
                     RENAME_NOREPLACE) != 0) {
       return fail(ErrorCode::kIo,
                   s.display() + ": cannot move the finished file into place: " + errno_text());
     }
-  } else if (::rename(s.temp_path.c_str(), s.final_path.c_str()) != 0) {
+  } else if (::renameat(s.dir_fd, s.temp_name.c_str(), s.dir_fd, s.final_name.c_str()) != 0) {
     return fail(ErrorCode::kIo,
                 s.display() + ": cannot rename the finished file into place: " + errno_text());
   }
   s.committed = true;
+  unregister_temp(s.slot);
+  s.slot = -1;
+  // The rename is durable only once the folder is: without this a crash can
+  // bring back the old file, or neither.
+  if (::fsync(s.dir_fd) != 0 && errno != EINVAL) {
+    return fail(ErrorCode::kIo, s.display() +
+                                    ": the new file is in place, but syncing its folder failed "
+                                    "(it may not survive a crash): " +
+                                    errno_text());
+  }
   return {};
 }
 

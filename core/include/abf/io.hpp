@@ -27,7 +27,10 @@ Result<InputFormat> parse_input_format(std::string_view name);
 // the source and the line (hex) or byte offset (binary).
 class DigestReader {
  public:
-  // `path` "-" reads standard input.
+  // `path` "-" reads standard input. Pipes and FIFOs stream like files (a
+  // FIFO's open waits for its writer, as with any reader); a directory is
+  // kIo. A regular file that ends before the size it had when opened (it
+  // was truncated while being read) is kIo, never a silently short input.
   static Result<DigestReader> open(const std::filesystem::path& path, InputFormat format);
   // Reads from bytes in memory (tests, embedding).
   static DigestReader from_memory(std::string_view bytes, InputFormat format,
@@ -58,18 +61,38 @@ class DigestReader {
 
 // How an AtomicFile comes into place.
 struct AtomicFileOptions {
-  // Mode bits of the new file, less the umask (0666: an ordinary file;
-  // 0600 for secrets, which the umask cannot widen).
+  // Mode bits of a new file, less the umask, which the kernel applies as
+  // for open(2) (0666: an ordinary file; 0600 for secrets, which the umask
+  // cannot widen). A file that replaces an existing one takes that file's
+  // mode bits (and, where permitted, its owner) instead: a 0600 snapshot
+  // stays 0600 when rebuilt.
   unsigned permissions = 0666;
-  // false: commit fails with kIo if `path` exists by then, and never
-  // replaces it (renameat2 RENAME_NOREPLACE).
+  // false: fails with kIo "exists" if `path` exists (at create, or by commit),
+  // and never replaces it (renameat2 RENAME_NOREPLACE).
   bool replace = true;
 };
 
 // An output file that appears at `path` only when commit() succeeds. Writes go
-// to a temporary file beside it; destroying an uncommitted AtomicFile removes
-// the temporary, so a failed command leaves any earlier file untouched.
-// `path` "-" writes straight to standard output instead.
+// to a temporary file beside it, `.<name>.tmp.XXXXXX`, created with O_EXCL (so
+// nothing planted at that name is followed or overwritten); destroying an
+// uncommitted AtomicFile removes the temporary, so a failed command leaves any
+// earlier file untouched. commit() fsyncs the file, renames it over `path`
+// and fsyncs the folder, so once it returns the new file survives a crash or
+// power loss (docs/reliability.md).
+//
+// What `path` names decides how it is written:
+//   "-"                    straight to standard output;
+//   a symbolic link        followed (up to 40 links; a dangling link creates
+//                          its target): the target is replaced atomically,
+//                          the temporary file made in the target's folder,
+//                          and the link stays;
+//   a device, FIFO, ...    any existing file that is not a regular file or a
+//                          directory (/dev/null, /dev/full, a FIFO: opening
+//                          one waits for its reader) is written directly,
+//                          never replaced by a regular file; such output is
+//                          not atomic, and a failed write (ENOSPC on
+//                          /dev/full) is kIo from write() or commit();
+//   a directory            kIo.
 class AtomicFile {
  public:
   using Options = AtomicFileOptions;
@@ -82,7 +105,10 @@ class AtomicFile {
 
   Result<void> write(std::span<const std::uint8_t> bytes);
   Result<void> write(std::string_view text);
-  // Flushes, fsyncs and renames into place.
+  // Flushes, fsyncs and renames into place, then fsyncs the folder. kIo if
+  // any step fails; `path` is then left as it was, except when only the
+  // folder's fsync failed (the new file is in place but not yet durable:
+  // the message says so).
   Result<void> commit();
 
  private:
@@ -90,5 +116,16 @@ class AtomicFile {
   explicit AtomicFile(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+// Installs handlers for SIGTERM, SIGHUP and SIGINT that remove the temporary
+// file of every AtomicFile not yet committed or destroyed, then end the
+// process by the same signal (its default action, so a parent sees how it
+// ended). A signal that is ignored stays ignored, and a handler installed
+// before is left in place. Call it once, early in main(); without it such a
+// signal leaves `.<name>.tmp.XXXXXX` files behind. The handler is
+// async-signal-safe: it only reads a fixed table of live temporary files
+// (64 at once; more still work, but are not removed on a signal) and calls
+// unlinkat(2).
+void remove_temporary_files_on_signal() noexcept;
 
 }  // namespace abf
