@@ -2,9 +2,12 @@
 // versions and both protocols, and a distinct refusal for every way a file
 // can be wrong.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -452,6 +455,144 @@ TEST_F(SnapshotFiles, RefusesEveryCorruptionWithItsOwnError) {
   for (const Corruption& corruption : kVersion2Corruptions) {
     expect_refused(dir_, golden_v2_bytes(), corruption);
   }
+}
+
+// kAuto used to map files of 64 MiB and more: zeroing the payload in place
+// then made members answer absent, and truncating it killed the process
+// with SIGBUS. A loaded filter must answer as it was verified, whatever
+// happens to its file.
+TEST_F(SnapshotFiles, AnAutoLoadedFilterIgnoresChangesToItsFile) {
+  const auto members = test::member_digests(1000);
+  const auto others = test::random_digests(20'000, 9);
+  // n = 40,000,000 at p = 0.001: 72 MiB of bits, above the old threshold;
+  // and a small one.
+  for (const BloomSpec spec : {BloomSpec{40'000'000, 0.001}, BloomSpec{2000, 0.01}}) {
+    SCOPED_TRACE(spec.expected_item_count);
+    const fs::path path = file("served.abf");
+    std::vector<Answer> expected(others.size());
+    std::string payload_hash;
+    {
+      // Only the loaded filter outlives this block.
+      auto built = build_filter(members, spec);
+      ASSERT_TRUE(built.has_value());
+      ASSERT_TRUE(save_snapshot(*built, path).has_value());
+      ASSERT_TRUE(built->query(others, expected).has_value());
+      payload_hash = sha256(built->payload()).hex();
+    }
+
+    auto loaded = load_snapshot(path);
+    ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
+    const auto answers_exactly = [&] {
+      for (const Digest& member : members) ASSERT_TRUE(loaded->might_contain(member));
+      std::vector<Answer> answers(others.size());
+      ASSERT_TRUE(loaded->query(others, answers).has_value());
+      EXPECT_EQ(answers, expected);
+      EXPECT_EQ(sha256(loaded->payload()).hex(), payload_hash);
+    };
+    {
+      // Zero the payload in place, through another descriptor.
+      std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+      out.seekp(kSnapshotHeaderSize);
+      const std::vector<char> zeros(loaded->payload().size(), 0);
+      out.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+    }
+    answers_exactly();
+    fs::resize_file(path, 0);
+    answers_exactly();
+    fs::remove(path);
+  }
+}
+
+void write_header_claiming(const fs::path& path, std::uint64_t bit_count,
+                           std::uint64_t payload_length, std::uint64_t file_size) {
+  auto bytes = golden_v2_bytes();
+  bytes.resize(kSnapshotHeaderSize);
+  put<std::uint64_t>(bytes, 24, bit_count);
+  put<std::uint64_t>(bytes, 56, payload_length);
+  reseal_header(bytes);
+  write_file(path, bytes);
+  fs::resize_file(path, file_size);  // sparse: costs no disk
+}
+
+// The peak resident set, in KiB.
+long peak_rss_kib() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+TEST_F(SnapshotFiles, HostileHeadersAreRefusedQuicklyInLittleMemory) {
+  struct Hostile {
+    const char* name;
+    std::uint64_t bit_count, payload_length, file_size;
+    ErrorCode expected;
+  };
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  const Hostile cases[] = {
+      {"a 2^40-byte payload claimed (bitCount to match)", std::uint64_t{1} << 43,
+       std::uint64_t{1} << 40, 4096, ErrorCode::kSnapshotBadBitCount},
+      {"a 2^40-byte payload claimed (bitCount 9600)", 9600, std::uint64_t{1} << 40,
+       (std::uint64_t{1} << 40) + 128, ErrorCode::kSnapshotBadPayloadLength},
+      {"a sparse 5 GB file behind a valid header", 9600, 1200, 5 * gib,
+       ErrorCode::kSnapshotTrailingBytes},
+      {"bitCount and payloadLength disagree", 9600, 1208, 128 + 1208,
+       ErrorCode::kSnapshotBadPayloadLength},
+      {"a payload shorter than promised", 9600, 1200, 128 + 600,
+       ErrorCode::kSnapshotPayloadTruncated},
+  };
+  const long rss_before = peak_rss_kib();
+  const auto start = std::chrono::steady_clock::now();
+  for (const Hostile& hostile : cases) {
+    SCOPED_TRACE(hostile.name);
+    const fs::path path = file("hostile.abf");
+    if (hostile.file_size > (std::uint64_t{1} << 36)) {
+      // No filesystem here takes a 2^40-byte file, even sparse: use the
+      // largest it does (the header is refused before the size matters).
+      std::error_code ec;
+      write_header_claiming(path, hostile.bit_count, hostile.payload_length, 128);
+      fs::resize_file(path, hostile.file_size, ec);
+    } else {
+      write_header_claiming(path, hostile.bit_count, hostile.payload_length, hostile.file_size);
+    }
+    for (const LoadMode mode : {LoadMode::kAuto, LoadMode::kCopy, LoadMode::kMap}) {
+      const auto loaded = load_snapshot(path, mode);
+      ASSERT_FALSE(loaded.has_value());
+      EXPECT_EQ(loaded.error().code, hostile.expected) << loaded.error().describe();
+    }
+    const auto header = read_snapshot_header(path);
+    ASSERT_FALSE(header.has_value());
+    EXPECT_EQ(header.error().code, hostile.expected) << header.error().describe();
+    fs::remove(path);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const long grew_kib = peak_rss_kib() - rss_before;
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_LE(grew_kib, 4 * 1024) << "refusing hostile headers took " << grew_kib << " KiB";
+  RecordProperty("rss_growth_kib", static_cast<int>(grew_kib));
+}
+
+// A FIFO once hung every reader: it was opened, blocking, before anything
+// checked that it was a regular file.
+TEST_F(SnapshotFiles, AFifoDeviceOrDirectoryIsRefusedAtOnce) {
+  const fs::path fifo = file("snapshot.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ::alarm(30);  // a hang fails the test instead of stalling the suite
+  for (const auto& [path, kind] : std::initializer_list<std::pair<fs::path, std::string>>{
+           {fifo, "a FIFO"}, {"/dev/null", "a character device"}, {dir_, "a directory"}}) {
+    SCOPED_TRACE(path.string());
+    for (const LoadMode mode : {LoadMode::kAuto, LoadMode::kCopy, LoadMode::kMap}) {
+      const auto loaded = load_snapshot(path, mode);
+      ASSERT_FALSE(loaded.has_value());
+      EXPECT_EQ(loaded.error().code, ErrorCode::kIo);
+      EXPECT_NE(loaded.error().message.find(kind), std::string::npos) << loaded.error().message;
+      EXPECT_NE(loaded.error().message.find("not a regular snapshot file"), std::string::npos);
+    }
+    const auto header = read_snapshot_header(path);
+    ASSERT_FALSE(header.has_value());
+    EXPECT_EQ(header.error().code, ErrorCode::kIo);
+  }
+  ::alarm(0);
 }
 
 TEST(Snapshot, MissingFileIsAnIoError) {

@@ -7,12 +7,16 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
@@ -33,8 +37,6 @@ constexpr std::size_t kKeyFingerprintOffset = 96;
 // Where the reserved (all zero) bytes start in each format version.
 constexpr std::size_t kReservedOffsetV1 = 80;
 constexpr std::size_t kReservedOffsetV2 = 104;
-// kAuto maps snapshots at least this large instead of copying them.
-constexpr std::uint64_t kMapThreshold = std::uint64_t{64} << 20;
 
 template <class T>
 T load_le(const std::uint8_t* p) {
@@ -217,11 +219,13 @@ Result<FilterInfo> info_of(const SnapshotHeader& h, const std::optional<Key>& ke
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   ~Fd() {
     if (fd_ >= 0) ::close(fd_);
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&&) = delete;
   int get() const { return fd_; }
 
  private:
@@ -302,6 +306,54 @@ Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes, const std::op
 
 namespace {
 
+// The kind of a non-regular file, for the message that refuses it.
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// An open snapshot file, known to be a regular file, and its validated
+// header (every rule of section 7 but the payload checksum).
+struct OpenedFile {
+  Fd fd;
+  std::uint64_t size = 0;
+  SnapshotHeader header;
+};
+
+Result<OpenedFile> open_snapshot_file(const std::filesystem::path& path, const std::string& where) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer, forever; fstat then tells what it is before anything is read.
+  OpenedFile file{Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)), 0, {}};
+  if (file.fd.get() < 0) {
+    return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat info {};
+  if (::fstat(file.fd.get(), &info) != 0) {
+    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return fail(ErrorCode::kIo,
+                where + ": is " + file_kind(info.st_mode) + ", not a regular snapshot file");
+  }
+  file.size = static_cast<std::uint64_t>(info.st_size);
+  std::uint8_t header_bytes[kSnapshotHeaderSize] = {};
+  const std::size_t header_read =
+      static_cast<std::size_t>(std::min<std::uint64_t>(file.size, kSnapshotHeaderSize));
+  if (auto ok = read_exact(file.fd.get(), header_bytes, header_read, 0, where); !ok) {
+    return std::unexpected(ok.error());
+  }
+  // Every header rule, the file's length included, holds before any
+  // payload memory is taken.
+  auto header = validate_header(header_bytes, file.size, where);
+  if (!header) return std::unexpected(header.error());
+  file.header = *header;
+  return file;
+}
+
 // A snapshot file whose every rule of section 7 holds, payload checksum
 // included: its header and its payload's words (copied, or mapped).
 struct ValidatedFile {
@@ -311,27 +363,15 @@ struct ValidatedFile {
 
 Result<ValidatedFile> validate_file(const std::filesystem::path& path, LoadMode mode) {
   const std::string where = path.string();
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
-    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) return fail(ErrorCode::kIo, where + ": not a regular file");
-  const auto file_size = static_cast<std::uint64_t>(info.st_size);
+  auto file = open_snapshot_file(path, where);
+  if (!file) return std::unexpected(file.error());
+  const std::uint64_t file_size = file->size;
+  const std::size_t word_count = file->header.bit_count / 64;
 
-  std::uint8_t header_bytes[kSnapshotHeaderSize] = {};
-  const std::size_t header_read =
-      static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kSnapshotHeaderSize));
-  if (auto ok = read_exact(fd.get(), header_bytes, header_read, 0, where); !ok) {
-    return std::unexpected(ok.error());
-  }
-  auto header = validate_header(header_bytes, file_size, where);
-  if (!header) return std::unexpected(header.error());
-  const std::size_t word_count = header->bit_count / 64;
-
-  if (mode == LoadMode::kMap || (mode == LoadMode::kAuto && file_size >= kMapThreshold)) {
-    void* mapping = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  // Only on request: a mapping serves whatever the file holds later (see
+  // LoadMode::kMap), so the default copies.
+  if (mode == LoadMode::kMap) {
+    void* mapping = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, file->fd.get(), 0);
     if (mapping == MAP_FAILED) {
       return fail(ErrorCode::kIo, where + ": cannot map: " + std::strerror(errno));
     }
@@ -354,16 +394,17 @@ Result<ValidatedFile> validate_file(const std::filesystem::path& path, LoadMode 
   }
 
   auto words = allocate_words(word_count);
-  if (auto ok = read_exact(fd.get(), reinterpret_cast<std::uint8_t*>(words.get()),
-                           header->payload_length, kSnapshotHeaderSize, where);
+  if (auto ok = read_exact(file->fd.get(), reinterpret_cast<std::uint8_t*>(words.get()),
+                           file->header.payload_length, kSnapshotHeaderSize, where);
       !ok) {
     return std::unexpected(ok.error());
   }
-  if (auto ok = check_payload(*header, reinterpret_cast<const std::uint8_t*>(words.get()), where);
+  if (auto ok =
+          check_payload(file->header, reinterpret_cast<const std::uint8_t*>(words.get()), where);
       !ok) {
     return std::unexpected(ok.error());
   }
-  return ValidatedFile{*header, std::move(words)};
+  return ValidatedFile{file->header, std::move(words)};
 }
 
 }  // namespace
@@ -385,8 +426,31 @@ SnapshotHeader snapshot_header(const Filter& filter) {
 }
 
 Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
-  auto file = validate_file(path, LoadMode::kAuto);
+  const std::string where = path.string();
+  auto file = open_snapshot_file(path, where);
   if (!file) return std::unexpected(file.error());
+  const SnapshotHeader& h = file->header;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) {
+    return fail(ErrorCode::kIo, where + ": out of memory for the payload checksum");
+  }
+  std::vector<std::uint8_t> piece(std::min<std::uint64_t>(h.payload_length, 1u << 20));
+  for (std::uint64_t done = 0; done < h.payload_length;) {
+    const std::size_t size =
+        static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), h.payload_length - done));
+    if (auto ok = read_exact(file->fd.get(), piece.data(), size, kSnapshotHeaderSize + done, where);
+        !ok) {
+      return std::unexpected(ok.error());
+    }
+    XXH3_64bits_update(state.get(), piece.data(), size);
+    done += size;
+  }
+  if (const auto actual = XXH3_64bits_digest(state.get()); actual != h.payload_checksum) {
+    return fail(ErrorCode::kSnapshotPayloadChecksum,
+                where + ": payload checksum mismatch (stored " + hex64(h.payload_checksum) +
+                    ", computed " + hex64(actual) + ")");
+  }
   return file->header;
 }
 

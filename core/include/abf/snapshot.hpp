@@ -41,9 +41,21 @@ struct SnapshotHeader {
 };
 
 enum class LoadMode {
-  kAuto,  // map files of 64 MiB and more, copy smaller ones
-  kCopy,  // read the file into memory owned by the Filter
-  kMap,   // mmap the file read-only; the Filter keeps the mapping alive
+  // Today kCopy, for every size: the filter is verified once and must stay
+  // what was verified, which only a copy guarantees.
+  kAuto,
+  // Reads the file into memory owned by the Filter. Nothing done to the
+  // file afterwards (rewritten, truncated, removed) changes its answers.
+  kCopy,
+  // mmaps the file (MAP_PRIVATE, read-only); the Filter keeps the mapping
+  // alive and serves the file's pages. An explicit opt-in for large
+  // snapshots that are only ever replaced by rename (save_snapshot,
+  // AtomicFile): the payload is verified once, at load, and then trusted.
+  // The file must never be modified or truncated in place while a Filter
+  // mapped from it lives: a write changes its answers (zeroed bits answer
+  // Definitely Not for members), and truncation kills the process with
+  // SIGBUS at the next query that touches a lost page.
+  kMap,
 };
 
 struct LoadOptions {
@@ -73,12 +85,21 @@ Result<void> save_snapshot(const Filter& filter, const std::filesystem::path& pa
 Result<SnapshotHeader> parse_snapshot_header(std::span<const std::uint8_t> bytes);
 Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes,
                               const std::optional<Key>& key = std::nullopt);
+// Loads a snapshot file. Only a regular file is read: a FIFO, device or
+// directory is kIo at once (the file is opened non-blocking, so a FIFO
+// without a writer cannot hang the caller). A header that fails a rule is
+// refused before any payload memory is allocated, so a hostile header (a
+// claimed 2^40-byte payload, a sparse 5 GB file) costs a 128-byte read;
+// the memory a load can take is bounded by its valid payload, at most
+// 128 MiB (m <= 2^30). A file that shrinks while it is read is
+// kSnapshotPayloadTruncated.
 Result<Filter> load_snapshot(const std::filesystem::path& path, const LoadOptions& options);
 Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode = LoadMode::kAuto);
 
 // Validates a whole snapshot, payload checksum included, and returns its
 // header (for `abf inspect`). Needs no key: the header names the key by its
-// fingerprint only.
+// fingerprint only. Streams the payload through the checksum in 1 MiB
+// pieces rather than holding it.
 Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path);
 
 }  // namespace abf
