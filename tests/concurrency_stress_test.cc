@@ -45,10 +45,7 @@ std::vector<Answer> reference_answers(const Filter& filter, const std::vector<Di
 }
 
 TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("abf-stress-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const test::TempDir dir("abf-stress-test");
   const fs::path path = dir / "current.abf";
 
   // Two filters over different digests, so answers tell them apart.
@@ -155,7 +152,6 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
   for (auto& reader : readers) reader.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GE(batches.load(), kMinBatches);
-  fs::remove_all(dir);
 }
 
 // The sharded build itself from several threads at once: independent

@@ -95,7 +95,8 @@ TEST(DigestReader, StreamsLargeFilesInBoundedChunks) {
   const auto digests = test::random_digests(50'000, 4);
   std::string text;
   for (const auto& d : digests) text += d.hex() + "\n";
-  const fs::path path = fs::temp_directory_path() / ("abf-reader-" + std::to_string(::getpid()));
+  const test::TempDir dir("abf-reader");
+  const fs::path path = dir / "digests.txt";
   {
     auto file = AtomicFile::create(path);
     ASSERT_TRUE(file.has_value());
@@ -115,7 +116,6 @@ TEST(DigestReader, StreamsLargeFilesInBoundedChunks) {
   }
   EXPECT_EQ(all, digests);
   EXPECT_EQ(reader->bytes_read(), text.size());
-  fs::remove(path);
 }
 
 TEST(DigestReader, MissingFileIsAnIoErrorNamingIt) {
@@ -126,7 +126,8 @@ TEST(DigestReader, MissingFileIsAnIoErrorNamingIt) {
 }
 
 TEST(AtomicFile, UncommittedOutputLeavesTheOldFileAlone) {
-  const fs::path path = fs::temp_directory_path() / ("abf-atomic-" + std::to_string(::getpid()));
+  const test::TempDir dir("abf-atomic");
+  const fs::path path = dir / "output.txt";
   {
     auto file = AtomicFile::create(path);
     ASSERT_TRUE(file->write("old").has_value());
@@ -137,11 +138,9 @@ TEST(AtomicFile, UncommittedOutputLeavesTheOldFileAlone) {
     ASSERT_TRUE(file->write("new and unfinished").has_value());
   }  // destroyed without commit
   EXPECT_EQ(test::read_file(path), "old");
-  for (const auto& entry : fs::directory_iterator(path.parent_path())) {
-    EXPECT_EQ(entry.path().filename().string().find(path.filename().string() + ".tmp."),
-              std::string::npos);
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path(), path) << "left behind";
   }
-  fs::remove(path);
 }
 
 }  // namespace

@@ -1,11 +1,7 @@
 // `abf bench`: the JSON it prints carries every field the issue names, for
 // every backend, operation and thread count, with plausible values.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -15,16 +11,11 @@
 namespace abf {
 namespace {
 
-namespace fs = std::filesystem;
-
 using test::CliRun;
 
 CliRun run_abf(const std::string& arguments) {
-  const fs::path dir = fs::temp_directory_path() / ("abf-bench-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const CliRun run = test::run_cli(dir, arguments);
-  fs::remove_all(dir);
-  return run;
+  const test::TempDir dir("abf-bench");
+  return test::run_cli(dir.path(), arguments);
 }
 
 TEST(SimdBenchCli, JsonHasEveryFieldBackendAndOperation) {
