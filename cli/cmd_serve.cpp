@@ -1,0 +1,216 @@
+// abf serve: the existence service on the network (docs/serve.md). HTTP/1.1
+// and gRPC in front of each tenant's snapshot and catalog; every answer
+// exact. Built when the server's packages are present (server/CMakeLists.txt).
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "command.hpp"
+#include "common.hpp"
+#ifdef ABF_WITH_SERVER
+#include "abf/server/config.hpp"
+#include "abf/server/server.hpp"
+#endif
+
+namespace abf::cli {
+namespace {
+
+struct ServeOptions {
+  std::string config;
+  std::string snapshot;
+  std::string db;
+  std::string key_file;
+  std::string token_file;
+  std::string tenant = "default";
+  std::string listen = "127.0.0.1:8080";
+  std::string grpc_listen;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string log_level;
+  std::string backend;
+  double rate_rps = 0;
+  double rate_dps = 0;
+  std::size_t max_body_bytes = 0;
+  std::size_t max_digests = 0;
+  unsigned idle_timeout = 0;
+  unsigned http_threads = 0;
+};
+
+#ifdef ABF_WITH_SERVER
+
+Result<server::ServerConfig> make_config(const ServeOptions& options) {
+  server::ServerConfig config;
+  if (!options.config.empty()) {
+    std::ifstream in(options.config, std::ios::binary);
+    if (!in) return fail(ErrorCode::kIo, options.config + ": cannot open the configuration");
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto parsed = server::parse_server_config(text.str(), options.config,
+                                              std::filesystem::path(options.config).parent_path());
+    if (!parsed) return parsed;
+    config = std::move(*parsed);
+  } else {
+    server::TenantConfig tenant;
+    tenant.name = options.tenant;
+    tenant.snapshot = options.snapshot;
+    tenant.db = options.db;
+    if (!options.key_file.empty()) tenant.key_file = options.key_file;
+    config.tenants.push_back(std::move(tenant));
+    if (!options.token_file.empty()) config.token_file = options.token_file;
+  }
+  // Flags given next to --config override it.
+  if (!options.config.empty() && !options.token_file.empty()) {
+    config.token_file = options.token_file;
+  }
+  if (options.listen != "127.0.0.1:8080" || options.config.empty())
+    config.http_listen = options.listen;
+  if (!options.grpc_listen.empty()) config.grpc_listen = options.grpc_listen;
+  if (!options.tls_cert.empty()) config.tls_cert = options.tls_cert;
+  if (!options.tls_key.empty()) config.tls_key = options.tls_key;
+  if (!options.log_level.empty()) config.log_level = options.log_level;
+  if (!options.backend.empty()) config.backend = options.backend;
+  if (options.rate_rps > 0) config.rate_limit.requests_per_second = options.rate_rps;
+  if (options.rate_dps > 0) config.rate_limit.digests_per_second = options.rate_dps;
+  if (options.max_body_bytes > 0) config.max_body_bytes = options.max_body_bytes;
+  if (options.max_digests > 0) config.max_digests = options.max_digests;
+  if (options.idle_timeout > 0) config.idle_timeout_seconds = options.idle_timeout;
+  if (options.http_threads > 0) config.http_threads = options.http_threads;
+  if (auto ok = server::validate(config); !ok) return std::unexpected(ok.error());
+  return config;
+}
+
+int run_serve(const ServeOptions& options) {
+  if (options.config.empty() && (options.snapshot.empty() || options.db.empty())) {
+    return usage_error("serve", "give --config FILE, or --snapshot and --db for one tenant");
+  }
+  if (!options.config.empty() && (!options.snapshot.empty() || !options.db.empty() ||
+                                  !options.key_file.empty() || options.tenant != "default")) {
+    return usage_error("serve",
+                       "--config names the tenants; --snapshot, --db, --key-file and --tenant are "
+                       "for the one-tenant form without it");
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return usage_error("serve", "--tls-cert and --tls-key go together");
+  }
+  auto config = make_config(options);
+  if (!config) return report("serve", config.error());
+
+  // SIGHUP (reload), SIGTERM and SIGINT (graceful stop) are taken by
+  // sigwait below: blocked here, before any thread starts, so that every
+  // thread inherits the mask and none of them is interrupted.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A client that goes away mid-answer must not kill the server.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto server = server::Server::start(*config);
+  if (!server) return report("serve", server.error());
+  // The ready line, on standard output: what a supervisor or a test waits
+  // for, with the ports the OS chose for :0.
+  nlohmann::ordered_json ready = {{"event", "ready"},
+                                  {"http", (*server)->http_address()},
+                                  {"grpc", (*server)->grpc_address()},
+                                  {"tenants_ready", (*server)->ready()}};
+  if (auto wrote = write_stdout(ready.dump() + "\n"); !wrote) {
+    (*server)->shutdown();
+    (*server)->wait();
+    return report("serve", wrote.error());
+  }
+  for (;;) {
+    int signal_number = 0;
+    if (sigwait(&signals, &signal_number) != 0) continue;
+    if (signal_number == SIGHUP) {
+      (*server)->reload("sighup");
+      continue;
+    }
+    break;  // SIGTERM or SIGINT
+  }
+  (*server)->shutdown();
+  (*server)->wait();
+  return kExitOk;
+}
+
+#else
+
+int run_serve(const ServeOptions&) {
+  return report("serve", Error{ErrorCode::kBackendUnavailable,
+                               "this abf was built without the server (cpp-httplib, gRPC and "
+                               "protobuf were missing at configure time; scripts/setup installs "
+                               "them)"});
+}
+
+#endif
+
+Command add_serve_command(CLI::App& root) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* app = root.add_subcommand(
+      "serve", "Serve \"which of these digests are missing?\" over HTTP and gRPC (exact answers)");
+  app->footer(
+      "One tenant from flags, or several from a JSON config (docs/serve.md has a complete one).\n"
+      "HTTP/1.1:\n"
+      "  POST /v1/<tenant>/find-missing   body application/octet-stream (32-byte records),\n"
+      "                                   text/plain (digest lines) or application/json\n"
+      "                                   {\"digests\": [\"sha256:<hex>\", ...]}; answers the\n"
+      "                                   missing ones in the same encoding, in input order\n"
+      "  HEAD|GET /v1/<tenant>/blobs/sha256:<hex>   200 present, 404 missing, 400 malformed\n"
+      "  GET /metrics /healthz /readyz    POST /admin/reload (an @admin token)\n"
+      "gRPC (--grpc-listen): build.bazel.remote.execution.v2.ContentAddressableStorage/\n"
+      "FindMissingBlobs, instance_name = tenant.\n"
+      "Every answer is exact at the snapshot's catalog version (header X-Abf-Catalog-Version,\n"
+      "gRPC trailer x-abf-catalog-version): the filter proves absence, the catalog answers\n"
+      "every maybe. SIGHUP or POST /admin/reload re-read each snapshot (a bad one is refused,\n"
+      "counted, and the old one keeps serving); SIGTERM stops gracefully.\n"
+      "Prints one JSON ready line on stdout ({\"event\":\"ready\",\"http\":\"HOST:PORT\",...});\n"
+      "logs (one JSON object a line, an access line per request, digests never at info) on\n"
+      "stderr.\n"
+      "Examples:\n"
+      "  abf serve --snapshot c.abf --db catalog.db --listen 127.0.0.1:8080\n"
+      "  abf serve --snapshot c.abf --db catalog.db --token-file tokens --listen 0.0.0.0:8443 \\\n"
+      "            --tls-cert cert.pem --tls-key key.pem --grpc-listen 0.0.0.0:9443\n"
+      "  abf serve --config /etc/abf/serve.json");
+  app->add_option("--config,-c", options->config, "JSON configuration file (docs/serve.md)")
+      ->check(not_a_stream("a configuration file"));
+  app->add_option("--snapshot,-s", options->snapshot,
+                  "One tenant: its snapshot (abf build --from-catalog), re-read on reload")
+      ->check(not_a_stream("a snapshot the server re-reads on reload"));
+  app->add_option("--db", options->db, "One tenant: its catalog database (opened read-only)")
+      ->check(not_a_stream("a catalog database, which SQLite opens by name"));
+  add_key_file_option(*app, options->key_file, "open the tenant's keyed (protocol 2) snapshot");
+  app->add_option("--tenant", options->tenant, "One tenant: its name in paths (default default)");
+  app->add_option("--token-file", options->token_file,
+                  "Bearer tokens, mode 0600: lines \"<token> <tenant>[,<tenant>|*|@admin...]\";\n"
+                  "without it, no authentication")
+      ->check(not_a_stream("a token file, whose mode is checked before it is read"));
+  app->add_option("--listen", options->listen,
+                  "HTTP HOST:PORT (default 127.0.0.1:8080; port 0: the OS picks)");
+  app->add_option("--grpc-listen", options->grpc_listen, "gRPC HOST:PORT (default: no gRPC)");
+  app->add_option("--tls-cert", options->tls_cert, "TLS certificate (PEM), for both fronts");
+  app->add_option("--tls-key", options->tls_key, "TLS private key (PEM)");
+  app->add_option("--rate-limit-rps", options->rate_rps, "Requests per second per token (0: none)");
+  app->add_option("--rate-limit-dps", options->rate_dps, "Digests per second per token (0: none)");
+  app->add_option("--max-body-bytes", options->max_body_bytes,
+                  "Largest request body (default 33554432; 413 beyond)");
+  app->add_option("--max-digests", options->max_digests,
+                  "Most digests per request (default 262144; 413 beyond)");
+  app->add_option("--idle-timeout", options->idle_timeout,
+                  "Seconds a keep-alive connection may idle (default 30)");
+  app->add_option("--http-threads", options->http_threads,
+                  "HTTP connections served at once (default 64)");
+  app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  add_backend_option(*app, options->backend, "Filter engine");
+  return {app, [options] { return run_serve(*options); }};
+}
+
+}  // namespace
+
+ABF_REGISTER_COMMAND(68, add_serve_command);
+
+}  // namespace abf::cli

@@ -1,0 +1,140 @@
+// Request parsing for `abf serve`: paths, bodies, headers and JSON, as pure
+// functions of their bytes, with no network library in sight, so that the
+// HTTP and gRPC fronts share them and a libFuzzer target can call them
+// (fuzz/serve_request_fuzz.cc). Each function either returns its value or a
+// RequestError carrying the HTTP status and a stable code the server sends
+// back as JSON: {"error": {"code": "...", "message": "..."}}.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abf/digest.hpp"
+
+namespace abf::server {
+
+// Why a request is refused: the HTTP status (gRPC maps it, grpc_status_for),
+// a stable snake_case code for programs ("invalid_digest") and a message for
+// people that says what and where ("line 3: ...").
+struct RequestError {
+  int status = 400;
+  std::string code;
+  std::string message;
+  // For 429 and 503: the Retry-After seconds to send (0: none).
+  int retry_after_seconds = 0;
+};
+
+template <class T>
+using RequestResult = std::expected<T, RequestError>;
+
+inline std::unexpected<RequestError> refuse(int status, std::string code, std::string message,
+                                            int retry_after_seconds = 0) {
+  return std::unexpected<RequestError>(
+      RequestError{status, std::move(code), std::move(message), retry_after_seconds});
+}
+
+// The JSON body of an error: {"error":{"code":"...","message":"..."}} and a
+// newline. Bytes of the message that are not UTF-8 are replaced (U+FFFD).
+std::string error_json(const RequestError& error);
+
+// The gRPC status code (grpc::StatusCode's numbering) for an HTTP status:
+// 400 INVALID_ARGUMENT (3), 401 UNAUTHENTICATED (16), 403
+// PERMISSION_DENIED (7), 404 NOT_FOUND (5), 413 and 429 RESOURCE_EXHAUSTED
+// (8), 503 UNAVAILABLE (14), others INTERNAL (13).
+int grpc_status_for(int http_status) noexcept;
+
+// ---------------------------------------------------------------------------
+// Routes.
+
+enum class RouteKind {
+  kFindMissing,  // POST /v1/<tenant>/find-missing
+  kBlob,         // GET or HEAD /v1/<tenant>/blobs/<digest>
+  kMetrics,      // GET /metrics
+  kHealthz,      // GET /healthz
+  kReadyz,       // GET /readyz
+  kAdminReload,  // POST /admin/reload
+};
+
+struct Route {
+  RouteKind kind = RouteKind::kHealthz;
+  std::string tenant;  // kFindMissing and kBlob
+  std::string blob;    // kBlob: the digest text as given (parse_blob_digest)
+};
+
+// The route of `method` and `path` (the path as decoded, without the query
+// string). 404 "not_found" for a path the server does not serve, 405
+// "method_not_allowed" for a known path asked with another method (GET and
+// HEAD are one), 400 "invalid_tenant" for a tenant name that is not
+// valid_tenant_name.
+RequestResult<Route> parse_route(std::string_view method, std::string_view path);
+
+// A tenant name: 1 to 64 of [A-Za-z0-9._-], not starting with '.'.
+bool valid_tenant_name(std::string_view name) noexcept;
+
+// The digest of a blob path: "sha256:" and 64 hex digits, either case (the
+// OCI form; the algorithm prefix is required, as in an OCI registry's
+// paths). 400 "invalid_digest" otherwise, never a 404.
+RequestResult<Digest> parse_blob_digest(std::string_view text);
+
+// ---------------------------------------------------------------------------
+// Headers.
+
+// The bearer token of an Authorization header value ("Bearer <token>", the
+// scheme in any case, one or more spaces). None when `value` is empty (no
+// header). 401 "invalid_authorization" for another scheme or an empty
+// token.
+RequestResult<std::optional<std::string>> parse_bearer(std::string_view value);
+
+// The body encodings of find-missing, chosen by Content-Type.
+enum class BodyEncoding {
+  kBinary,  // application/octet-stream: consecutive 32-byte records
+  kText,    // text/plain: one digest per line, every form `abf query` reads
+  kJson,    // application/json: {"digests": ["sha256:<hex>", ...]}
+};
+
+// The encoding a Content-Type names (parameters such as "; charset=utf-8"
+// ignored, case-insensitive). 415 "unsupported_media_type" for anything
+// else, a missing header included.
+RequestResult<BodyEncoding> parse_content_type(std::string_view content_type);
+
+// The Content-Type to answer with, e.g. "application/octet-stream".
+std::string_view content_type_of(BodyEncoding encoding) noexcept;
+
+// ---------------------------------------------------------------------------
+// Bodies.
+
+// The digests of a find-missing body, in order, repeats kept. At most
+// `max_digests` of them: 413 "too_many_digests" beyond. Malformed input is
+// 400 with where it is:
+//   binary  "truncated_record": the size is not a multiple of 32 (the byte
+//           offset of the cut record is named)
+//   text    "invalid_digest": a line that parse_digest_line refuses (its
+//           line number); blank lines are skipped
+//   json    "invalid_json" (not JSON: the byte offset), "invalid_request"
+//           (not an object with a "digests" array of strings), or
+//           "invalid_digest" (an entry that is not "sha256:<64 hex>" or
+//           bare hex: its index)
+RequestResult<std::vector<Digest>> parse_find_missing_body(BodyEncoding encoding,
+                                                           std::string_view body,
+                                                           std::size_t max_digests);
+
+// The answer body for the missing digests in `encoding`: 32-byte records;
+// lowercase hex lines; or {"missing":["sha256:<hex>",...],
+// "catalog_version":N} and a newline.
+std::string encode_missing(BodyEncoding encoding, std::span<const Digest> missing,
+                           std::uint64_t catalog_version);
+
+// The digest of a gRPC Digest.hash: 64 hex digits, lowercase as the Remote
+// Execution API writes them (upper case accepted too). 400
+// "invalid_digest" naming `index`, the digest's position in the request;
+// also for a negative size_bytes.
+RequestResult<Digest> parse_grpc_digest(std::string_view hash, std::int64_t size_bytes,
+                                        std::size_t index);
+
+}  // namespace abf::server

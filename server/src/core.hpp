@@ -1,0 +1,166 @@
+// What both fronts of `abf serve` share: tenants, authentication, rate
+// limits, the exact find-missing answer, metrics and the log. Internal.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "abf/backend.hpp"
+#include "abf/digest.hpp"
+#include "abf/scheme.hpp"
+#include "abf/server/config.hpp"
+#include "abf/server/request.hpp"
+#include "abf/server/server.hpp"
+#include "abf/service/metrics.hpp"
+#include "abf/service/service.hpp"
+#include "abf/service/snapshot_publisher.hpp"
+#include "abf/service/sqlite_catalog.hpp"
+
+namespace abf::server {
+
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+
+// One JSON object a line, each with "ts" (UTC, milliseconds) and "level".
+class Logger {
+ public:
+  Logger(LogLevel level, std::function<void(std::string_view)> sink);
+  bool enabled(LogLevel level) const noexcept { return level >= level_; }
+  void log(LogLevel level, nlohmann::ordered_json fields) const;
+
+ private:
+  LogLevel level_;
+  std::function<void(std::string_view)> sink_;
+  mutable std::mutex mutex_;
+};
+
+struct Tenant {
+  TenantConfig config;
+  std::optional<Key> key;
+  service::Metrics metrics;
+  std::unique_ptr<service::SqliteCatalog> catalog;
+  std::unique_ptr<service::SnapshotPublisher> publisher;
+  std::unique_ptr<service::ArtifactExistenceService> service;
+  std::mutex reload_mutex;  // one reload of this tenant at a time
+  std::atomic<std::uint64_t> reloads_ok{0};
+  std::atomic<std::uint64_t> reloads_failed{0};
+};
+
+// Who is asking: a token's entry (null without authentication) and the rate
+// bucket it draws from.
+struct Caller {
+  const TokenEntry* token = nullptr;
+  std::size_t bucket = 0;
+  std::string_view id() const noexcept { return token != nullptr ? token->id : "anonymous"; }
+};
+
+// The exact answer of one batch.
+struct FindMissingOutcome {
+  std::vector<std::uint32_t> missing;  // indices into the request, ascending
+  service::BatchCounts counts;
+  std::uint64_t catalog_version = 0;
+};
+
+// A token bucket pair (requests, digests) per caller.
+class RateLimiter {
+ public:
+  RateLimiter(const RateLimit& limit, std::size_t buckets);
+  // Takes one request token; 429 with Retry-After when the bucket is empty.
+  RequestResult<void> admit_request(std::size_t bucket);
+  // Takes `digests` digest tokens (the bucket may go into debt by one
+  // request); 429 when it is already in debt.
+  RequestResult<void> admit_digests(std::size_t bucket, std::size_t digests);
+
+ private:
+  struct Bucket {
+    std::mutex mutex;
+    double requests = 0;
+    double digests = 0;
+    std::chrono::steady_clock::time_point last{};
+    bool started = false;
+  };
+  void refill(Bucket& bucket, std::chrono::steady_clock::time_point now);
+  RateLimit limit_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+};
+
+class Core {
+ public:
+  static Result<std::unique_ptr<Core>> create(const ServerConfig& config,
+                                              const ServerOptions& options);
+
+  const ServerConfig& config() const noexcept { return config_; }
+  const Logger& logger() const noexcept { return *logger_; }
+  bool auth_enabled() const noexcept { return config_.token_file.has_value(); }
+
+  // The caller of a request with this Authorization value ("" for none):
+  // anonymous when authentication is off; 401 "unauthenticated" without a
+  // token, "invalid_token" for one that is not in the file.
+  RequestResult<Caller> authenticate(std::string_view authorization) const;
+  // The tenant `name` if `caller` may ask it: 403 "forbidden" when the
+  // token does not name it (whether or not it exists, so a token learns
+  // nothing about other tenants), 404 "unknown_tenant" otherwise.
+  RequestResult<Tenant*> tenant_for(const Caller& caller, std::string_view name);
+  // The only tenant, for a gRPC request with an empty instance_name; 400
+  // when there are several.
+  RequestResult<Tenant*> default_tenant(const Caller& caller);
+  // 403 unless `caller` may reload (an @admin token, or no authentication).
+  RequestResult<void> check_admin(const Caller& caller) const;
+
+  RateLimiter& limiter() noexcept { return limiter_; }
+
+  // The exact answer for `digests` at the serving snapshot's version: 503
+  // "no_snapshot" before a snapshot is served, 503 "catalog_unavailable"
+  // when the catalog fails.
+  RequestResult<FindMissingOutcome> find_missing(Tenant& tenant, std::span<const Digest> digests);
+
+  std::vector<TenantReload> reload(std::string_view trigger);
+  bool ready() const;
+  // Every tenant: {"name": {"ready": bool, "catalog_version": N}}.
+  nlohmann::ordered_json readiness() const;
+
+  // Prometheus text: every tenant's service metrics with a tenant label,
+  // then the server's own (requests by front, tenant and status; digests
+  // asked and missing; reloads).
+  std::string prometheus() const;
+
+  // Counts one answered request. `tenant` is "" when the request named no
+  // tenant it was allowed to see (so unknown names add no label values).
+  void count_request(std::string_view front, std::string_view tenant, int status,
+                     std::uint64_t digests, std::uint64_t missing);
+
+ private:
+  Core(const ServerConfig& config, std::unique_ptr<Logger> logger, std::vector<TokenEntry> tokens);
+  Result<void> reload_tenant(Tenant& tenant, std::string_view trigger, TenantReload& report);
+
+  ServerConfig config_;
+  std::unique_ptr<Logger> logger_;
+  std::vector<TokenEntry> tokens_;
+  std::vector<std::unique_ptr<Tenant>> tenants_;
+  std::map<std::string, Tenant*, std::less<>> by_name_;
+  RateLimiter limiter_;
+  Backend backend_ = Backend::kAuto;
+
+  struct RequestKey {
+    std::string front, tenant;
+    int status;
+    friend auto operator<=>(const RequestKey&, const RequestKey&) = default;
+  };
+  mutable std::mutex counts_mutex_;
+  std::map<RequestKey, std::uint64_t> requests_;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> digests_;  // asked, missing
+};
+
+}  // namespace abf::server

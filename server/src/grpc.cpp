@@ -1,0 +1,195 @@
+// The gRPC front of `abf serve` (grpc.hpp).
+#include "grpc.hpp"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "remote_execution.grpc.pb.h"
+
+namespace abf::server {
+
+namespace rex = build::bazel::remote::execution::v2;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Result<std::string> read_pem(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(ErrorCode::kIo, "TLS: cannot read " + path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string_view metadata(const grpc::ServerContext& context, std::string_view key) {
+  const auto& headers = context.client_metadata();
+  const auto found = headers.find(grpc::string_ref(key.data(), key.size()));
+  if (found == headers.end()) return {};
+  return {found->second.data(), found->second.size()};
+}
+
+class CasService final : public rex::ContentAddressableStorage::Service {
+ public:
+  explicit CasService(Core& core) : core_(core) {}
+
+  grpc::Status FindMissingBlobs(grpc::ServerContext* context,
+                                const rex::FindMissingBlobsRequest* request,
+                                rex::FindMissingBlobsResponse* response) override {
+    const auto start = Clock::now();
+    Answer answer;
+    const auto result = answer_request(*context, *request, *response, answer);
+    const int status = result ? 200 : result.error().status;
+    core_.count_request("grpc", answer.tenant, status, answer.digests, answer.missing);
+    if (core_.logger().enabled(LogLevel::kInfo)) {
+      nlohmann::ordered_json line = {
+          {"event", "request"},        {"front", "grpc"},           {"method", "FindMissingBlobs"},
+          {"status", status},          {"tenant", answer.tenant},   {"caller", answer.caller},
+          {"digests", answer.digests}, {"missing", answer.missing}, {"maybes", answer.maybes}};
+      if (result) line["catalog_version"] = answer.catalog_version;
+      if (!result) line["error"] = result.error().code;
+      line["us"] =
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+      line["remote"] = context->peer();
+      core_.logger().log(LogLevel::kInfo, std::move(line));
+    }
+    if (!result) {
+      const RequestError& error = result.error();
+      if (error.retry_after_seconds > 0) {
+        context->AddTrailingMetadata("retry-after", std::to_string(error.retry_after_seconds));
+      }
+      return grpc::Status(static_cast<grpc::StatusCode>(grpc_status_for(error.status)),
+                          error.code + ": " + error.message);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  struct Answer {
+    std::string tenant, caller;
+    std::uint64_t digests = 0, missing = 0, maybes = 0, catalog_version = 0;
+  };
+
+  RequestResult<void> answer_request(grpc::ServerContext& context,
+                                     const rex::FindMissingBlobsRequest& request,
+                                     rex::FindMissingBlobsResponse& response, Answer& answer) {
+    auto caller = core_.authenticate(metadata(context, "authorization"));
+    if (!caller) return std::unexpected(caller.error());
+    answer.caller = std::string(caller->id());
+    RequestResult<Tenant*> tenant = refuse(400, "invalid_tenant",
+                                           "instance_name is not a tenant name (1 to 64 of "
+                                           "A-Z a-z 0-9 . _ -)");
+    if (request.instance_name().empty()) {
+      tenant = core_.default_tenant(*caller);
+    } else if (valid_tenant_name(request.instance_name())) {
+      tenant = core_.tenant_for(*caller, request.instance_name());
+    }
+    if (!tenant) return std::unexpected(tenant.error());
+    answer.tenant = (*tenant)->config.name;
+    if (auto ok = core_.limiter().admit_request(caller->bucket); !ok) return ok;
+    const auto function = request.digest_function();
+    if (function != rex::DigestFunction::UNKNOWN && function != rex::DigestFunction::SHA256) {
+      return refuse(400, "unsupported_digest_function",
+                    "digest_function " + rex::DigestFunction::Value_Name(function) +
+                        ": this server answers for SHA256 only");
+    }
+    const int count = request.blob_digests_size();
+    if (static_cast<std::size_t>(count) > core_.config().max_digests) {
+      return refuse(413, "too_many_digests",
+                    "request has " + std::to_string(count) + " digests; the limit is " +
+                        std::to_string(core_.config().max_digests) +
+                        " per request: split the batch");
+    }
+    std::vector<Digest> digests(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      const rex::Digest& digest = request.blob_digests(i);
+      auto parsed =
+          parse_grpc_digest(digest.hash(), digest.size_bytes(), static_cast<std::size_t>(i));
+      if (!parsed) return std::unexpected(parsed.error());
+      digests[static_cast<std::size_t>(i)] = *parsed;
+    }
+    answer.digests = digests.size();
+    if (auto ok = core_.limiter().admit_digests(caller->bucket, digests.size()); !ok) return ok;
+    auto outcome = core_.find_missing(**tenant, digests);
+    if (!outcome) return std::unexpected(outcome.error());
+    response.mutable_missing_blob_digests()->Reserve(static_cast<int>(outcome->missing.size()));
+    for (std::uint32_t i : outcome->missing) {
+      *response.add_missing_blob_digests() = request.blob_digests(static_cast<int>(i));
+    }
+    answer.missing = outcome->missing.size();
+    answer.maybes = outcome->counts.maybe;
+    answer.catalog_version = outcome->catalog_version;
+    context.AddTrailingMetadata("x-abf-catalog-version", std::to_string(outcome->catalog_version));
+    return {};
+  }
+
+  Core& core_;
+};
+
+}  // namespace
+
+struct GrpcFront::Impl {
+  Core& core;
+  CasService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string host;
+  int port = 0;
+  explicit Impl(Core& c) : core(c), service(c) {}
+};
+
+GrpcFront::GrpcFront(Core& core) : impl_(std::make_unique<Impl>(core)) {}
+GrpcFront::~GrpcFront() = default;
+
+Result<void> GrpcFront::start(const ListenAddress& address) {
+  const ServerConfig& config = impl_->core.config();
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (config.tls_cert) {
+    auto cert = read_pem(*config.tls_cert);
+    if (!cert) return std::unexpected(cert.error());
+    auto key = read_pem(*config.tls_key);
+    if (!key) return std::unexpected(key.error());
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(options);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+  const std::string where =
+      (address.host.find(':') != std::string::npos ? "[" + address.host + "]" : address.host) +
+      ":" + std::to_string(address.port);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(where, credentials, &impl_->port);
+  // A 64 Ki-digest request is about 6 MB of protobuf; the body limit applies.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<std::size_t>(config.max_body_bytes, std::numeric_limits<int>::max())));
+  builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+  builder.RegisterService(&impl_->service);
+  impl_->server = builder.BuildAndStart();
+  if (impl_->server == nullptr || impl_->port == 0) {
+    return fail(ErrorCode::kIo, "gRPC: cannot listen on " + where);
+  }
+  impl_->host = address.host;
+  return {};
+}
+
+std::string GrpcFront::address() const {
+  const std::string& host = impl_->host;
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(impl_->port);
+}
+
+void GrpcFront::shutdown(unsigned grace_seconds) {
+  if (impl_->server) {
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(grace_seconds));
+  }
+}
+
+void GrpcFront::wait() {
+  if (impl_->server) impl_->server->Wait();
+}
+
+}  // namespace abf::server

@@ -1,0 +1,36 @@
+// The HTTP/1.1 front of `abf serve` (cpp-httplib; TLS when the config has a
+// certificate). Internal.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "abf/error.hpp"
+#include "abf/server/config.hpp"
+#include "core.hpp"
+
+namespace abf::server {
+
+class HttpFront {
+ public:
+  explicit HttpFront(Core& core);
+  ~HttpFront();
+
+  // Binds the listener (port 0: the OS picks); kIo when it cannot.
+  Result<void> bind(const ListenAddress& address);
+  // "HOST:PORT" as bound.
+  std::string address() const;
+  // Serves until stop(); call on a thread of its own.
+  void run();
+  // Whether run() is serving (so that stop() will reach it).
+  bool running() const;
+  // Closes the listener; connections finish the request they are on.
+  // run() returns once every worker is done.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace abf::server
