@@ -68,6 +68,18 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "cuda_error";
     case ErrorCode::kCatalog:
       return "catalog_error";
+    case ErrorCode::kSetManifestTruncated:
+      return "set_manifest_truncated";
+    case ErrorCode::kSetManifestUnsupportedFormat:
+      return "set_manifest_unsupported_format";
+    case ErrorCode::kSetManifestChecksum:
+      return "set_manifest_checksum";
+    case ErrorCode::kSetManifestInvalid:
+      return "set_manifest_invalid";
+    case ErrorCode::kSetShardMissing:
+      return "set_shard_missing";
+    case ErrorCode::kSetShardMismatch:
+      return "set_shard_mismatch";
   }
   return "unknown_error";
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine.hpp"
+#include "filter_set_internal.hpp"
 #include "kernels.hpp"
 #include "parallel.hpp"
 
@@ -162,6 +163,16 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
   return {};
 }
 
+Result<void> FilterBuilder::flush() {
+  if (!words_) return fail(ErrorCode::kInvalidArgument, "FilterBuilder::flush after finish()");
+  Result<void> flushed;
+  for (auto& open : lanes_) {
+    if (auto r = open.lane->finish(); !r && flushed) flushed = r;
+  }
+  lanes_.clear();
+  return flushed;
+}
+
 Result<Filter> FilterBuilder::finish() && {
   if (!words_)
     return fail(ErrorCode::kInvalidArgument,
@@ -179,6 +190,7 @@ Result<Filter> FilterBuilder::finish() && {
 
 void release_cached_buffers() noexcept {
   for (const detail::Engine* engine : detail::engine_table()) engine->release_caches();
+  detail::release_filter_set_scratch();
 }
 
 Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,

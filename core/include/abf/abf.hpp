@@ -13,6 +13,7 @@
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
+#include "abf/filter_set.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
 #include "abf/merge.hpp"

@@ -53,6 +53,14 @@ enum class ErrorCode : std::uint8_t {
   kBackendUnavailable,  // the requested backend was not compiled in or has no device
   kCuda,                // a CUDA runtime call failed
   kCatalog,             // the exact store (catalog database) failed
+  // Filter sets (section 13): the manifest, then its shards. A shard that
+  // fails a snapshot rule answers that rule's own code, naming the shard.
+  kSetManifestTruncated,          // shorter than its header, or than the length it records
+  kSetManifestUnsupportedFormat,  // manifest formatVersion not 1
+  kSetManifestChecksum,           // the manifest's header or body checksum does not match
+  kSetManifestInvalid,            // a manifest field breaks a rule (the message names it)
+  kSetShardMissing,               // a shard file the manifest names does not exist
+  kSetShardMismatch,              // a shard is not the one the manifest names (field named)
 };
 
 // The snake_case name of a code ("invalid_digest"), as used in the golden

@@ -153,6 +153,15 @@ class FilterBuilder {
   std::uint64_t inserted_item_count() const noexcept { return info_.inserted_item_count; }
   const FilterInfo& info() const noexcept { return info_; }
 
+  // Sets every bit still held in an engine's scratch (the partitioned
+  // build's buckets, private per-thread bitsets, a GPU bitset) in the
+  // filter's own bitset and gives that scratch back; the next add opens it
+  // afresh (bucket buffers come back from the pool the last build left).
+  // The bits are the same with or without it. For a caller that fills many
+  // filters at once (FilterSetBuilder): it holds one filter's scratch at a
+  // time instead of every filter's. Fails as finish() does.
+  Result<void> flush();
+
   // The finished, immutable filter. The builder is empty afterwards. Fails
   // only when a GPU lane cannot be read back (the device was lost).
   Result<Filter> finish() &&;
@@ -183,7 +192,8 @@ class FilterBuilder {
 // long-running process frees them here, for example after swapping in a new
 // snapshot; the next build allocates afresh. Builders in progress keep
 // theirs. (A filter's device copy, made by its first CUDA query, belongs to
-// the filter and is freed with its last copy.) Thread-safe.
+// the filter and is freed with its last copy.) Also the scratch pooled by
+// FilterSet::query. Thread-safe.
 void release_cached_buffers() noexcept;
 
 // Builds a filter from digests in memory: checks the spec, then capacity,

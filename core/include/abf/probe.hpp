@@ -34,6 +34,8 @@ inline constexpr std::uint64_t kMaxBitCount = std::uint64_t{1} << 30;
 inline constexpr std::uint32_t kMinHashCount = 1;
 inline constexpr std::uint32_t kMaxHashCount = 32;
 inline constexpr std::uint64_t kMaxExpectedItemCount = std::uint64_t{1} << 30;
+// A filter set has 1..65,536 shards (section 13).
+inline constexpr std::uint32_t kMaxShardCount = 65536;
 
 // Unsigned big-endian 64-bit integer of p[0..8).
 ABF_HD constexpr std::uint64_t load_be64(const std::uint8_t* p) {
@@ -58,6 +60,14 @@ ABF_HD constexpr std::uint64_t step_of(std::uint64_t h2, std::uint64_t m) { retu
 ABF_HD constexpr std::uint64_t advance(std::uint64_t i, std::uint64_t step, std::uint64_t m) {
   const std::uint64_t next = i + step;
   return next >= m ? next - m : next;
+}
+
+// Section 13: the shard of a filter set that holds digest d,
+// (unsigned big-endian 64-bit integer of d[24..32)) mod shard_count, for
+// 1 <= shard_count <= kMaxShardCount. Bytes 24..32 take no part in
+// protocol-1 probes, so the digests of one shard still probe uniformly.
+ABF_HD constexpr std::uint32_t shard_of(const std::uint8_t* digest, std::uint32_t shard_count) {
+  return static_cast<std::uint32_t>(load_be64(digest + 24) % shard_count);
 }
 
 // Bit i is bit i % 64 of 64-bit word i / 64 (LSB first; words little-endian).
