@@ -1,0 +1,235 @@
+"""Helpers for the `abf serve` tests: catalogs made with the abf binary, real
+server processes on 127.0.0.1 with ports the OS picks, and the exact answer
+read from SQLite directly (never from the server or the library).
+
+The tests run from CTest (tests/serve_tests.cmake) with ABF_CLI naming the
+binary. A Python module they need that is missing ends the test with exit
+status 77, which CTest reports as skipped, with the reason on stderr;
+scripts/setup installs every one of them, so CI never skips.
+"""
+
+import hashlib
+import json
+import os
+import select
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def require(*modules):
+    """Imports `modules` or exits with SKIP naming the Debian package."""
+    packages = {"requests": "python3-requests", "grpc": "python3-grpcio",
+                "grpc_tools": "python3-grpc-tools", "google.protobuf": "python3-protobuf"}
+    for name in modules:
+        try:
+            __import__(name)
+        except ImportError as error:
+            sys.stderr.write("SKIP: Python module %s is missing (%s; Debian %s, which "
+                             "scripts/setup installs)\n" % (name, error, packages.get(name, name)))
+            sys.exit(SKIP)
+
+
+def abf_binary():
+    path = os.environ.get("ABF_CLI")
+    if not path or not os.path.exists(path):
+        sys.stderr.write("ABF_CLI must name the abf binary (got %r)\n" % path)
+        sys.exit(1)
+    return path
+
+
+def digest(label):
+    """SHA-256 of `label`, as 32 bytes."""
+    return hashlib.sha256(label.encode()).digest()
+
+
+def digests(prefix, count, start=0):
+    return [digest("%s:%d" % (prefix, i)) for i in range(start, start + count)]
+
+
+def run_abf(*args, check=True, stdin=None):
+    result = subprocess.run([abf_binary()] + [str(a) for a in args], input=stdin,
+                            capture_output=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError("abf %s failed (%d): %s" % (
+            " ".join(str(a) for a in args), result.returncode, result.stderr.decode()))
+    return result
+
+
+class Catalog:
+    """A SQLite catalog made and changed with `abf catalog`, and snapshots of
+    it made with `abf build --from-catalog`."""
+
+    def __init__(self, directory, name="catalog", expected_items=200000, fpp=0.01, key_file=None):
+        self.directory = directory
+        self.db = os.path.join(directory, name + ".db")
+        self.snapshot = os.path.join(directory, name + ".abf")
+        self.expected_items = expected_items
+        self.fpp = fpp
+        self.key_file = key_file
+        run_abf("catalog", "init", "--db", self.db)
+        self.version = 0
+
+    def _change(self, command, items):
+        path = os.path.join(self.directory, "change.txt")
+        with open(path, "w") as out:
+            out.write("".join(d.hex() + "\n" for d in items))
+        result = run_abf("catalog", command, "--db", self.db, "--input", path, "--json")
+        self.version = json.loads(result.stdout)["catalog_version"]
+        return self.version
+
+    def add(self, items):
+        return self._change("add", items)
+
+    def remove(self, items):
+        return self._change("remove", items)
+
+    def build(self, output=None, version=None):
+        """Builds the snapshot of `version` (default: the latest) at `output`
+        (default: the served path), atomically (abf build renames into place)."""
+        args = ["build", "--from-catalog", self.db, "--expected-items", self.expected_items,
+                "--fpp", self.fpp, "--output", output or self.snapshot]
+        if version is not None:
+            args += ["--catalog-version", version]
+        if self.key_file:
+            args += ["--key-file", self.key_file]
+        run_abf(*args)
+        return output or self.snapshot
+
+
+class Truth:
+    """The exact answer, from the catalog's SQLite file directly: a digest
+    exists at version v when one of its rows has added_version <= v and
+    removed_version NULL or > v (docs/service.md)."""
+
+    def __init__(self, db):
+        connection = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+        self.rows = {}
+        for digest_bytes, added, removed in connection.execute(
+                "SELECT digest, added_version, removed_version FROM artifacts"):
+            self.rows.setdefault(bytes(digest_bytes), []).append((added, removed))
+        connection.close()
+
+    def exists(self, digest_bytes, version):
+        return any(added <= version and (removed is None or removed > version)
+                   for added, removed in self.rows.get(digest_bytes, ()))
+
+    def missing(self, items, version):
+        return [d for d in items if not self.exists(d, version)]
+
+
+def write_private(path, text):
+    """Writes `text` to a new file of mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return path
+
+
+class Server:
+    """A running `abf serve`: started with `args`, its ready line read from
+    stdout (bounded wait), its log kept; stop() sends SIGTERM and waits."""
+
+    def __init__(self, *args, expect_failure=False, timeout=30):
+        self.log_path = tempfile.mktemp(prefix="abf-serve-log-")
+        self.log = open(self.log_path, "w+b")
+        self.process = subprocess.Popen(
+            [abf_binary(), "serve", "--listen", "127.0.0.1:0"] + [str(a) for a in args],
+            stdout=subprocess.PIPE, stderr=self.log)
+        self.ready = None
+        if expect_failure:
+            self.returncode = self.process.wait(timeout=timeout)
+            return
+        line = self._read_line(timeout)
+        if not line:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            raise AssertionError("abf serve did not start: " + self.log_text())
+        self.ready = json.loads(line)
+        self.http = self.ready["http"]
+        self.grpc = self.ready.get("grpc") or None
+        self.url = "http://" + self.http
+
+    def _read_line(self, timeout):
+        deadline = time.monotonic() + timeout
+        data = b""
+        fd = self.process.stdout.fileno()
+        while not data.endswith(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode().strip()
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log_path, "rb") as log:
+            return log.read().decode(errors="replace")
+
+    def log_lines(self):
+        return [json.loads(line) for line in self.log_text().splitlines() if line.startswith("{")]
+
+    def signal(self, number):
+        self.process.send_signal(number)
+
+    def stop(self, timeout=30):
+        """SIGTERM, then the exit status (killed after `timeout` seconds)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+                raise AssertionError("abf serve did not stop within %d s of SIGTERM" % timeout)
+        self.process.stdout.close()
+        self.log.close()
+        returncode = self.process.returncode
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+        return returncode
+
+
+def generate_grpc_modules(directory):
+    """The Python gRPC client of proto/remote_execution.proto, generated with
+    grpc_tools (python3-grpc-tools, Debian's 1.14, whose bundled protoc output
+    runs on python3-grpcio 1.51 and python3-protobuf 3.21); imports and
+    returns (remote_execution_pb2, remote_execution_pb2_grpc)."""
+    from grpc_tools import protoc
+    proto_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
+    proto_dir = os.path.normpath(proto_dir)
+    status = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + directory,
+                          "--grpc_python_out=" + directory,
+                          os.path.join(proto_dir, "remote_execution.proto")])
+    if status != 0:
+        raise AssertionError("grpc_tools.protoc failed with %d" % status)
+    sys.path.insert(0, directory)
+    import remote_execution_pb2
+    import remote_execution_pb2_grpc
+    return remote_execution_pb2, remote_execution_pb2_grpc
+
+
+def metric(text, name, **labels):
+    """The value of one sample of a Prometheus exposition, or None."""
+    want = ",".join('%s="%s"' % item for item in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric_name, _, label_text = head.partition("{")
+        if metric_name != name:
+            continue
+        got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+        if got == want:
+            return float(value)
+    return None

@@ -1,0 +1,151 @@
+"""`abf serve` over gRPC: the Remote Execution API's
+ContentAddressableStorage.FindMissingBlobs, driven by a Python client
+generated from the same proto/remote_execution.proto (grpc_tools), every
+answer checked against the catalog's SQLite file."""
+
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_support as support  # noqa: E402
+
+support.require("grpc", "grpc_tools", "google.protobuf")
+import grpc  # noqa: E402
+
+MEMBERS = support.digests("member", 2000)
+LATER = support.digests("later", 300)
+NEW = support.digests("new", 2000)
+
+
+class FindMissingBlobs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="abf-serve-grpc-")
+        cls.pb2, cls.pb2_grpc = support.generate_grpc_modules(cls.dir)
+        cls.a = support.Catalog(cls.dir, "a")
+        cls.b = support.Catalog(cls.dir, "b")
+        cls.a.add(MEMBERS)
+        cls.a.add(LATER)
+        cls.a.remove(MEMBERS[:50])
+        cls.a.build()
+        cls.b.add(NEW[:500])
+        cls.b.build()
+        cls.tokens = {"a": "grpc-token-tenant-a-0123456", "all": "grpc-token-every-tenant-0123"}
+        tokens = support.write_private(os.path.join(cls.dir, "tokens"),
+                                       "%(a)s a\n%(all)s *\n" % cls.tokens)
+        config = os.path.join(cls.dir, "serve.json")
+        with open(config, "w") as out:
+            out.write('{"tenants": [{"name": "a", "snapshot": "a.abf", "db": "a.db"},'
+                      ' {"name": "b", "snapshot": "b.abf", "db": "b.db"}],'
+                      ' "token_file": "tokens", "limits": {"max_digests_per_request": 10000}}')
+        cls.server = support.Server("--config", config, "--grpc-listen", "127.0.0.1:0")
+        cls.channel = grpc.insecure_channel(cls.server.grpc)
+        cls.stub = cls.pb2_grpc.ContentAddressableStorageStub(cls.channel)
+        cls.truth = support.Truth(cls.a.db)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        status = cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert status == 0, "abf serve exited %d" % status
+
+    def request(self, items, instance="a", function=None, sizes=None):
+        request = self.pb2.FindMissingBlobsRequest(instance_name=instance)
+        for i, d in enumerate(items):
+            request.blob_digests.add(hash=d.hex(), size_bytes=sizes[i] if sizes else 100 + i)
+        if function is not None:
+            request.digest_function = function
+        return request
+
+    def call(self, request, token="a"):
+        metadata = [("authorization", "Bearer " + self.tokens[token])] if token else []
+        return self.stub.FindMissingBlobs.with_call(request, metadata=metadata, timeout=30)
+
+    def assert_code(self, request, code, token="a"):
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.call(request, token)
+        self.assertEqual(raised.exception.code(), code, raised.exception.details())
+        return raised.exception.details()
+
+    def test_answers_are_exact_and_in_order_with_sizes_kept(self):
+        items = []
+        for i in range(300):
+            items += [MEMBERS[i * 6], NEW[i], LATER[i], MEMBERS[i % 50]]
+        response, call = self.call(self.request(items))
+        trailing = dict(call.trailing_metadata())
+        version = int(trailing["x-abf-catalog-version"])
+        self.assertEqual(version, 3)
+        expected = self.truth.missing(items, version)
+        self.assertEqual([bytes.fromhex(d.hash) for d in response.missing_blob_digests], expected)
+        # Each missing digest comes back as it was sent, size included.
+        sent = [(d.hex(), 100 + i) for i, d in enumerate(items) if not self.truth.exists(d, version)]
+        self.assertEqual([(d.hash, d.size_bytes) for d in response.missing_blob_digests], sent)
+
+    def test_sha256_is_the_only_digest_function(self):
+        items = [NEW[0], MEMBERS[100]]
+        for function in (self.pb2.DigestFunction.SHA256, self.pb2.DigestFunction.UNKNOWN):
+            response, _ = self.call(self.request(items, function=function))
+            self.assertEqual([d.hash for d in response.missing_blob_digests], [NEW[0].hex()])
+        for function in (self.pb2.DigestFunction.SHA1, self.pb2.DigestFunction.MD5,
+                         self.pb2.DigestFunction.BLAKE3):
+            details = self.assert_code(self.request(items, function=function),
+                                       grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("unsupported_digest_function", details)
+
+    def test_bad_digests(self):
+        request = self.pb2.FindMissingBlobsRequest(instance_name="a")
+        request.blob_digests.add(hash=NEW[0].hex(), size_bytes=1)
+        request.blob_digests.add(hash="abc", size_bytes=1)
+        details = self.assert_code(request, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("blob_digests[1]", details)
+        details = self.assert_code(self.request([NEW[0]], sizes=[-1]),
+                                   grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("size_bytes", details)
+        self.assert_code(self.request(support.digests("many", 10001)),
+                         grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+    def test_tenants_and_tokens(self):
+        items = NEW[:10]
+        self.assert_code(self.request(items), grpc.StatusCode.UNAUTHENTICATED, token=None)
+        self.tokens["bad"] = "not-a-valid-token-0000000"
+        self.assert_code(self.request(items), grpc.StatusCode.UNAUTHENTICATED, token="bad")
+        self.assert_code(self.request(items, instance="b"), grpc.StatusCode.PERMISSION_DENIED)
+        self.assert_code(self.request(items, instance="nope"), grpc.StatusCode.PERMISSION_DENIED)
+        self.assert_code(self.request(items, instance="nope"), grpc.StatusCode.NOT_FOUND,
+                         token="all")
+        # Two tenants: an empty instance_name names none of them.
+        self.assert_code(self.request(items, instance=""), grpc.StatusCode.INVALID_ARGUMENT,
+                         token="all")
+        response, _ = self.call(self.request(items, instance="b"), token="all")
+        self.assertEqual(len(response.missing_blob_digests), 0)  # NEW[:500] are B's
+        response, _ = self.call(self.request(items, instance="a"), token="all")
+        self.assertEqual(len(response.missing_blob_digests), 10)
+
+    def test_other_cas_methods_are_unimplemented(self):
+        for method in ("BatchReadBlobs", "BatchUpdateBlobs", "GetTree"):
+            call = self.channel.unary_unary(
+                "/build.bazel.remote.execution.v2.ContentAddressableStorage/" + method)
+            with self.assertRaises(grpc.RpcError) as raised:
+                call(b"", timeout=10)
+            self.assertEqual(raised.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+        # And the server keeps serving.
+        response, _ = self.call(self.request([NEW[1]]))
+        self.assertEqual(len(response.missing_blob_digests), 1)
+
+    def test_grpc_requests_are_counted_and_logged(self):
+        self.call(self.request([NEW[2]]))
+        import requests
+        text = requests.get(self.server.url + "/metrics", timeout=10).text
+        self.assertGreaterEqual(support.metric(text, "abf_serve_requests_total", front="grpc",
+                                               tenant="a", status="200"), 1)
+        lines = [line for line in self.server.log_lines() if line.get("front") == "grpc"]
+        self.assertTrue(lines)
+        self.assertNotIn(NEW[2].hex(), self.server.log_text())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

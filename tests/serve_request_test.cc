@@ -1,0 +1,301 @@
+// `abf serve`'s pure request functions (server/include/abf/server/request.hpp,
+// config.hpp): routes, bodies in each encoding, bearer tokens, the config
+// file and token files. The servers themselves are tested from Python
+// (tests/serve/).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "abf/server/config.hpp"
+#include "abf/server/request.hpp"
+#include "test_support.hpp"
+
+namespace abf::server {
+namespace {
+
+std::string binary_of(const std::vector<Digest>& digests) {
+  std::string out(digests.size() * 32, '\0');
+  if (!digests.empty()) std::memcpy(out.data(), digests.data(), out.size());
+  return out;
+}
+
+TEST(ServeRoute, ParsesEveryPath) {
+  auto route = parse_route("POST", "/v1/acme/find-missing");
+  ASSERT_TRUE(route);
+  EXPECT_EQ(route->kind, RouteKind::kFindMissing);
+  EXPECT_EQ(route->tenant, "acme");
+  route = parse_route("HEAD", "/v1/acme.prod_1/blobs/sha256:00");
+  ASSERT_TRUE(route);
+  EXPECT_EQ(route->kind, RouteKind::kBlob);
+  EXPECT_EQ(route->tenant, "acme.prod_1");
+  EXPECT_EQ(route->blob, "sha256:00");
+  EXPECT_EQ(parse_route("GET", "/metrics")->kind, RouteKind::kMetrics);
+  EXPECT_EQ(parse_route("GET", "/healthz")->kind, RouteKind::kHealthz);
+  EXPECT_EQ(parse_route("HEAD", "/readyz")->kind, RouteKind::kReadyz);
+  EXPECT_EQ(parse_route("POST", "/admin/reload")->kind, RouteKind::kAdminReload);
+}
+
+TEST(ServeRoute, RefusesWithTheRightStatus) {
+  EXPECT_EQ(parse_route("GET", "/v1/acme/find-missing").error().status, 405);
+  EXPECT_EQ(parse_route("POST", "/v1/acme/blobs/sha256:00").error().status, 405);
+  EXPECT_EQ(parse_route("GET", "/admin/reload").error().status, 405);
+  EXPECT_EQ(parse_route("GET", "/").error().status, 404);
+  EXPECT_EQ(parse_route("GET", "/v1/acme/blobs/").error().status, 404);
+  EXPECT_EQ(parse_route("GET", "/v1/acme/blobs/a/b").error().status, 404);
+  EXPECT_EQ(parse_route("GET", "/v1/acme").error().status, 404);
+  const auto bad = parse_route("POST", "/v1/.x/find-missing");
+  EXPECT_EQ(bad.error().status, 400);
+  EXPECT_EQ(bad.error().code, "invalid_tenant");
+  EXPECT_EQ(parse_route("POST", "/v1/" + std::string(65, 'a') + "/find-missing").error().code,
+            "invalid_tenant");
+}
+
+TEST(ServeRoute, TenantNames) {
+  EXPECT_TRUE(valid_tenant_name("default"));
+  EXPECT_TRUE(valid_tenant_name(std::string(64, 'z')));
+  EXPECT_FALSE(valid_tenant_name(""));
+  EXPECT_FALSE(valid_tenant_name(std::string(65, 'z')));
+  EXPECT_FALSE(valid_tenant_name(".hidden"));
+  EXPECT_FALSE(valid_tenant_name("a/b"));
+  EXPECT_FALSE(valid_tenant_name("a b"));
+  EXPECT_FALSE(valid_tenant_name("@admin"));
+}
+
+TEST(ServeBlob, NeedsTheSha256Prefix) {
+  const Digest d = test::member_digest(1);
+  EXPECT_EQ(*parse_blob_digest("sha256:" + d.hex()), d);
+  std::string upper = "SHA256:" + d.hex();
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_EQ(*parse_blob_digest(upper), d);
+  for (const std::string& bad :
+       {d.hex(), "sha256:" + d.hex().substr(1), "md5:" + d.hex(), "sha256:" + d.hex() + "0",
+        std::string("sha256:") + "g" + d.hex().substr(1)}) {
+    const auto parsed = parse_blob_digest(bad);
+    ASSERT_FALSE(parsed) << bad;
+    EXPECT_EQ(parsed.error().status, 400);
+    EXPECT_EQ(parsed.error().code, "invalid_digest");
+    // Messages are logged: they never carry the digest.
+    EXPECT_EQ(parsed.error().message.find(d.hex().substr(8, 40)), std::string::npos);
+  }
+}
+
+TEST(ServeHeaders, Bearer) {
+  EXPECT_FALSE(parse_bearer("")->has_value());
+  EXPECT_EQ(**parse_bearer("Bearer abc"), "abc");
+  EXPECT_EQ(**parse_bearer("bearer   abc  "), "abc");
+  EXPECT_EQ(parse_bearer("Basic YTpi").error().status, 401);
+  EXPECT_EQ(parse_bearer("Bearer").error().code, "invalid_authorization");
+  EXPECT_EQ(parse_bearer("Bearer a b").error().code, "invalid_authorization");
+  EXPECT_EQ(parse_bearer("Bearerabc").error().code, "invalid_authorization");
+}
+
+TEST(ServeHeaders, ContentTypes) {
+  EXPECT_EQ(*parse_content_type("application/octet-stream"), BodyEncoding::kBinary);
+  EXPECT_EQ(*parse_content_type("Text/Plain; charset=utf-8"), BodyEncoding::kText);
+  EXPECT_EQ(*parse_content_type(" application/json "), BodyEncoding::kJson);
+  EXPECT_EQ(parse_content_type("").error().status, 415);
+  EXPECT_EQ(parse_content_type("application/xml").error().code, "unsupported_media_type");
+}
+
+TEST(ServeBody, BinaryRecords) {
+  const auto digests = test::member_digests(5);
+  EXPECT_EQ(*parse_find_missing_body(BodyEncoding::kBinary, binary_of(digests), 5), digests);
+  EXPECT_TRUE(parse_find_missing_body(BodyEncoding::kBinary, "", 5)->empty());
+  const auto cut = parse_find_missing_body(BodyEncoding::kBinary, binary_of(digests) + "xyz", 9);
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().code, "truncated_record");
+  EXPECT_NE(cut.error().message.find("offset 160"), std::string::npos) << cut.error().message;
+  const auto many = parse_find_missing_body(BodyEncoding::kBinary, binary_of(digests), 4);
+  EXPECT_EQ(many.error().status, 413);
+  EXPECT_EQ(many.error().code, "too_many_digests");
+}
+
+TEST(ServeBody, TextLinesInEveryForm) {
+  const auto d = test::member_digests(4);
+  const std::string text = d[0].hex() + "\r\n\n  \nsha256:" + d[1].hex() + "\n" + d[2].hex() +
+                           "  name with spaces\nSHA256 (x) = " + d[3].hex();
+  EXPECT_EQ(*parse_find_missing_body(BodyEncoding::kText, text, 4), d);
+  const auto bad = parse_find_missing_body(BodyEncoding::kText, d[0].hex() + "\n\nnope\n", 10);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, "invalid_digest");
+  EXPECT_NE(bad.error().message.find("line 3"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kText, text, 3).error().status, 413);
+}
+
+TEST(ServeBody, Json) {
+  const auto d = test::member_digests(3);
+  const nlohmann::json body = {
+      {"digests", {"sha256:" + d[0].hex(), d[1].hex(), "SHA256:" + d[2].hex()}}};
+  EXPECT_EQ(*parse_find_missing_body(BodyEncoding::kJson, body.dump(), 3), d);
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, "{", 3).error().code, "invalid_json");
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, "[]", 3).error().code, "invalid_request");
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, R"({"digests": {}})", 3).error().code,
+            "invalid_request");
+  const auto bad = parse_find_missing_body(BodyEncoding::kJson, R"({"digests": ["sha256:00"]})", 3);
+  EXPECT_EQ(bad.error().code, "invalid_digest");
+  EXPECT_NE(bad.error().message.find("digests[0]"), std::string::npos);
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, R"({"digests": [1]})", 3).error().code,
+            "invalid_digest");
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, body.dump(), 2).error().status, 413);
+}
+
+TEST(ServeBody, AnswersRoundTrip) {
+  const auto d = test::member_digests(3);
+  EXPECT_EQ(encode_missing(BodyEncoding::kBinary, d, 7), binary_of(d));
+  EXPECT_EQ(encode_missing(BodyEncoding::kText, d, 7),
+            d[0].hex() + "\n" + d[1].hex() + "\n" + d[2].hex() + "\n");
+  const auto json = nlohmann::json::parse(encode_missing(BodyEncoding::kJson, d, 7));
+  EXPECT_EQ(json["catalog_version"], 7);
+  EXPECT_EQ(json["missing"][2], "sha256:" + d[2].hex());
+  for (BodyEncoding e : {BodyEncoding::kBinary, BodyEncoding::kText}) {
+    EXPECT_EQ(*parse_find_missing_body(e, encode_missing(e, d, 0), 3), d);
+  }
+  EXPECT_EQ(encode_missing(BodyEncoding::kJson, {}, 0), "{\"missing\":[],\"catalog_version\":0}\n");
+}
+
+TEST(ServeErrors, JsonAndGrpcCodes) {
+  const auto json =
+      nlohmann::json::parse(error_json(RequestError{400, "invalid_digest", "bad \xff byte"}));
+  EXPECT_EQ(json["error"]["code"], "invalid_digest");
+  EXPECT_EQ(grpc_status_for(400), 3);
+  EXPECT_EQ(grpc_status_for(401), 16);
+  EXPECT_EQ(grpc_status_for(403), 7);
+  EXPECT_EQ(grpc_status_for(404), 5);
+  EXPECT_EQ(grpc_status_for(413), 8);
+  EXPECT_EQ(grpc_status_for(429), 8);
+  EXPECT_EQ(grpc_status_for(503), 14);
+  EXPECT_EQ(grpc_status_for(500), 13);
+  EXPECT_TRUE(parse_grpc_digest(test::member_digest(0).hex(), 0, 0));
+  EXPECT_EQ(parse_grpc_digest("sha256:" + test::member_digest(0).hex(), 0, 4)
+                .error()
+                .message.find("blob_digests[4]"),
+            0u);
+  EXPECT_EQ(parse_grpc_digest(test::member_digest(0).hex(), -1, 0).error().code, "invalid_digest");
+}
+
+TEST(ServeConfig, ParsesACompleteFile) {
+  const std::string text = R"({
+    "listen": "0.0.0.0:8443", "grpc_listen": "[::1]:9443",
+    "token_file": "tokens", "tls_cert": "/etc/abf/cert.pem", "tls_key": "key.pem",
+    "tenants": [{"name": "a", "snapshot": "a.abf", "db": "/srv/a.db", "key_file": "a.key"},
+                {"name": "b", "snapshot": "b.abf", "db": "b.db"}],
+    "limits": {"max_body_bytes": 1000, "max_digests_per_request": 10, "max_header_bytes": 100,
+               "idle_timeout_seconds": 5, "request_timeout_seconds": 6},
+    "rate_limit": {"requests_per_second": 2.5, "digests_per_second": 100, "burst_seconds": 3},
+    "http_threads": 8, "log_level": "warn", "backend": "scalar", "shutdown_grace_seconds": 4})";
+  auto config = parse_server_config(text, "serve.json", "/etc/abf");
+  ASSERT_TRUE(config) << config.error().describe();
+  EXPECT_EQ(config->http_listen, "0.0.0.0:8443");
+  EXPECT_EQ(config->tenants.size(), 2u);
+  EXPECT_EQ(config->tenants[0].snapshot, "/etc/abf/a.abf");
+  EXPECT_EQ(config->tenants[0].db, "/srv/a.db");
+  EXPECT_EQ(*config->tenants[0].key_file, "/etc/abf/a.key");
+  EXPECT_FALSE(config->tenants[1].key_file);
+  EXPECT_EQ(*config->token_file, "/etc/abf/tokens");
+  EXPECT_EQ(*config->tls_cert, "/etc/abf/cert.pem");
+  EXPECT_EQ(config->max_body_bytes, 1000u);
+  EXPECT_EQ(config->max_digests, 10u);
+  EXPECT_EQ(config->max_header_bytes, 100u);
+  EXPECT_EQ(config->idle_timeout_seconds, 5u);
+  EXPECT_DOUBLE_EQ(config->rate_limit.requests_per_second, 2.5);
+  EXPECT_EQ(config->http_threads, 8u);
+  EXPECT_EQ(config->log_level, "warn");
+  const auto ipv6 = parse_listen_address(config->grpc_listen);
+  EXPECT_EQ(ipv6->host, "::1");
+  EXPECT_EQ(ipv6->port, 9443);
+}
+
+TEST(ServeConfig, NamesEveryMistake) {
+  const auto error = [](const std::string& text) {
+    auto config = parse_server_config(text, "s.json", "");
+    return config ? std::string() : config.error().message;
+  };
+  const std::string tenant = R"({"name": "a", "snapshot": "a.abf", "db": "a.db"})";
+  EXPECT_NE(error("{").find("not JSON"), std::string::npos);
+  EXPECT_NE(error("{}").find("tenants"), std::string::npos);
+  EXPECT_NE(error(R"({"tenants": []})").find("at least one"), std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + "," + tenant + "]}").find("given twice"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "limits": {"max_body": 1}})")
+                .find("unknown key \"max_body\""),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "limits": {"max_body_bytes": -1}})")
+                .find("max_body_bytes"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "listen": "nowhere"})").find("HOST:PORT"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "listen": "h:70000"})").find("0..65535"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "tls_cert": "c.pem"})").find("tls"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [{"name": "a/b", "snapshot": "s", "db": "d"}]})").find("name"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [{"name": "a", "db": "d"}]})").find("snapshot: required"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "log_level": "loud"})").find("log_level"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "backend": "gpu9"})").find("backend"),
+            std::string::npos);
+}
+
+TEST(ServeTokens, ParsesScopesAndFindsTokensByHash) {
+  const std::string text =
+      "# tokens\n"
+      "token-aaaaaaaaaaaaaaaa a,b\n"
+      "\n"
+      "   token-bbbbbbbbbbbbbbbb *  \r\n"
+      "token-cccccccccccccccc @admin\n";
+  auto tokens = parse_token_file(text, "tokens");
+  ASSERT_TRUE(tokens) << tokens.error().describe();
+  ASSERT_EQ(tokens->size(), 3u);
+  EXPECT_EQ((*tokens)[0].tenants, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ((*tokens)[0].line, 2u);
+  EXPECT_TRUE((*tokens)[2].admin);
+  EXPECT_TRUE((*tokens)[2].tenants.empty());
+  EXPECT_EQ(find_token(*tokens, "token-bbbbbbbbbbbbbbbb"), &(*tokens)[1]);
+  EXPECT_EQ(find_token(*tokens, "token-bbbbbbbbbbbbbbbB"), nullptr);
+  EXPECT_EQ(find_token(*tokens, ""), nullptr);
+  EXPECT_TRUE(token_allows((*tokens)[0], "b"));
+  EXPECT_FALSE(token_allows((*tokens)[0], "c"));
+  EXPECT_TRUE(token_allows((*tokens)[1], "anything"));
+  EXPECT_FALSE(token_allows((*tokens)[2], "a"));
+  // The id names a token in logs without revealing it.
+  EXPECT_EQ((*tokens)[0].id.size(), 9u);
+  EXPECT_EQ((*tokens)[0].id.find("aaaa"), std::string::npos);
+}
+
+TEST(ServeTokens, RefusesBadLinesWithoutQuotingTheToken) {
+  const auto error = [](const std::string& text) {
+    auto tokens = parse_token_file(text, "tokens");
+    return tokens ? std::string() : tokens.error().message;
+  };
+  EXPECT_NE(error("short a\n").find("line 1: a token must be 16"), std::string::npos);
+  EXPECT_NE(error("token-aaaaaaaaaaaaaaaa\n").find("expected"), std::string::npos);
+  EXPECT_NE(error("token-aaaaaaaaaaaaaaaa a/b\n").find("scope"), std::string::npos);
+  const std::string twice = error("token-aaaaaaaaaaaaaaaa a\n\ntoken-aaaaaaaaaaaaaaaa b\n");
+  EXPECT_NE(twice.find("line 3: this token is given twice"), std::string::npos);
+  EXPECT_EQ(twice.find("token-aaaa"), std::string::npos);
+}
+
+TEST(ServeTokens, FileReadableByOthersIsRefused) {
+  test::TempDir dir("abf-serve-tokens");
+  const auto path = dir.path() / "tokens";
+  std::ofstream(path) << "token-aaaaaaaaaaaaaaaa a\n";
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(read_token_file(path));
+  ::chmod(path.c_str(), 0640);
+  const auto refused = read_token_file(path);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidKey);
+  EXPECT_NE(refused.error().message.find("mode 640"), std::string::npos);
+  EXPECT_EQ(read_token_file(dir.path() / "none").error().code, ErrorCode::kIo);
+}
+
+}  // namespace
+}  // namespace abf::server
