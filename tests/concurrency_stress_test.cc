@@ -112,7 +112,7 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
     done.store(true);
   });
 
-  const auto check = [&](const Filter& filter, std::span<const Digest> batch, std::size_t offset,
+  const auto check = [&](const FilterSet& filter, std::span<const Digest> batch, std::size_t offset,
                          Backend backend) {
     std::vector<Answer> answers(batch.size());
     if (!filter.query(batch, answers, backend)) {
@@ -137,7 +137,7 @@ TEST(ConcurrencyStress, QueriesWhileSnapshotsAreLoadedAndDropped) {
         const auto snapshot = publisher.current();
         check(snapshot->filter, std::span(queries).subspan(offset, n), offset, backend);
         // A copy that outlives the swap, then dies on this thread.
-        const Filter copy = snapshot->filter;
+        const FilterSet copy = snapshot->filter;
         check(copy, std::span(queries).subspan(0, 64), 0, backend);
         // The whole batch on the shared filter: large enough that the query
         // itself fans out over the TBB arena from several threads at once.

@@ -398,7 +398,7 @@ TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
   Metrics metrics;
   SnapshotPublisher publisher(&metrics);
   ASSERT_TRUE(publisher.publish(build_at(store, 1, 1000, 0.05)).has_value());
-  const Filter& filter = publisher.current()->filter;
+  const FilterSet& filter = publisher.current()->filter;
   const ArtifactExistenceService service(publisher, store, &metrics);
 
   std::vector<Digest> strangers;
@@ -505,7 +505,7 @@ TEST(ServiceTest, PrometheusNamesFollowTheNamingConventions) {
     EXPECT_TRUE(name.starts_with("artifact_bloom_")) << name;
     names.push_back(name);
   }
-  EXPECT_EQ(names.size(), kCounterCount + 12);
+  EXPECT_EQ(names.size(), kCounterCount + 13);
   const auto json = nlohmann::json::parse(to_json(m));
   for (std::size_t i = 0; i < kCounterCount; ++i) {
     const std::string dotted(counter_name(static_cast<Counter>(i)));

@@ -78,7 +78,8 @@ struct Gauge {
 std::vector<Gauge> gauges(const MetricsSnapshot& m) {
   return {
       // artifact_bloom.bit_count
-      {"artifact_bloom_bits", "Bits m of the serving filter.", static_cast<double>(m.bit_count)},
+      {"artifact_bloom_bits", "Bits m of the serving filter (all its shards).",
+       static_cast<double>(m.bit_count)},
       // artifact_bloom.hash_count
       {"artifact_bloom_hash_functions", "Probes k of the serving filter.",
        static_cast<double>(m.hash_count)},
@@ -88,6 +89,9 @@ std::vector<Gauge> gauges(const MetricsSnapshot& m) {
       // artifact_bloom.inserted_item_count
       {"artifact_bloom_inserted_items", "Digests inserted in the serving filter.",
        static_cast<double>(m.inserted_item_count)},
+      // artifact_bloom.shard_count (this service's addition)
+      {"artifact_bloom_shards", "Shards of the serving filter set (1: one filter).",
+       static_cast<double>(m.shard_count)},
       // artifact_bloom.catalog_version
       {"artifact_bloom_catalog_version", "Catalog version of the serving snapshot.",
        static_cast<double>(m.catalog_version)},
@@ -152,8 +156,12 @@ MetricsSnapshot Metrics::collect(const Snapshot* current) const {
   MetricsSnapshot m;
   for (std::size_t i = 0; i < kCounterCount; ++i) m.counters[i] = get(static_cast<Counter>(i));
   if (current != nullptr) {
-    const Filter& filter = current->filter;
+    // A filter set (one shard for a plain snapshot): bits and inserted
+    // digests summed over the shards, n the set's, fill and modeled rate
+    // over the whole set (FilterSet).
+    const FilterSet& filter = current->filter;
     m.has_snapshot = true;
+    m.shard_count = filter.shard_count();
     m.bit_count = filter.bit_count();
     m.hash_count = filter.hash_count();
     m.expected_item_count = filter.expected_item_count();
@@ -198,6 +206,7 @@ std::string to_json(const MetricsSnapshot& metrics, int indent) {
       {"artifact_bloom.hash_count", metrics.hash_count},
       {"artifact_bloom.expected_item_count", metrics.expected_item_count},
       {"artifact_bloom.inserted_item_count", metrics.inserted_item_count},
+      {"artifact_bloom.shard_count", metrics.shard_count},
       {"artifact_bloom.catalog_version", metrics.catalog_version},
       {"artifact_bloom.fill_ratio", metrics.fill_ratio},
       {"artifact_bloom.estimated_fpp", metrics.estimated_fpp},

@@ -9,7 +9,7 @@
 
 namespace abf::service {
 
-Result<void> check_snapshot_catalog(const Filter& filter, std::string_view source,
+Result<void> check_snapshot_catalog(const FilterSet& filter, std::string_view source,
                                     const CatalogId& expected, std::string_view catalog) {
   const CatalogId& actual = filter.catalog_id();
   if (!actual.is_zero() && actual == expected) return {};
@@ -67,7 +67,7 @@ Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::load_and_publish(
 Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::load_and_publish(
     const std::filesystem::path& path, const LoadOptions& options) {
   // Load and verify outside the publish lock: it is the slow part.
-  auto filter = load_snapshot(path, options);
+  auto filter = load_filter_set(path, options);
   if (!filter) {
     count_failure();
     return std::unexpected(filter.error());
@@ -76,13 +76,13 @@ Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::load_and_publish(
   return publish_locked(std::move(*filter), path.string());
 }
 
-Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish(Filter filter,
+Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish(FilterSet filter,
                                                                    std::string source) {
   const std::lock_guard lock(publish_mutex_);
   return publish_locked(std::move(filter), std::move(source));
 }
 
-Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(Filter filter,
+Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(FilterSet filter,
                                                                           std::string source) {
   const unsigned old_index = active_.load(std::memory_order_relaxed);  // only publishers write it
   const unsigned new_index = 1 - old_index;

@@ -41,11 +41,18 @@ struct MetricsSnapshot {
   }
 
   // Gauges of the serving snapshot; has_snapshot false (and zeros) if none.
+  // For a filter set (FilterSet): bits and inserted digests summed over
+  // the shards, expected_item_count the set's n (the shards' n_i sum to a
+  // little more, their headroom, but the set takes no more than n),
+  // hash_count every shard's k, fill_ratio the set bits over all bits, and
+  // estimated_fpp the shards' mean modeled rate (an absent digest meets one
+  // shard, each with probability 1/S).
   bool has_snapshot = false;
   std::uint64_t bit_count = 0;
   std::uint64_t hash_count = 0;
   std::uint64_t expected_item_count = 0;
   std::uint64_t inserted_item_count = 0;
+  std::uint64_t shard_count = 0;  // 1 for a plain snapshot
   std::uint64_t catalog_version = 0;
   double fill_ratio = 0.0;
   double estimated_fpp = 0.0;  // modeled rate at the inserted count
@@ -63,7 +70,7 @@ struct MetricsSnapshot {
 // line per metric, named by Prometheus' conventions rather than the dotted
 // names: counters end in _total (artifact_bloom.negative.count is
 // artifact_bloom_negative_total), no gauge ends in _count (a histogram's
-// suffix: artifact_bloom_bits, _hash_functions, _expected_items,
+// suffix: artifact_bloom_bits, _hash_functions, _expected_items, _shards,
 // _inserted_items), values in 0..1 end in _ratio (_fill_ratio,
 // _estimated_false_positive_ratio, _target_false_positive_ratio and the
 // derived _negative_bypass_ratio, _observed_false_positive_ratio,

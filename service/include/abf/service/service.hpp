@@ -40,7 +40,8 @@ struct ServiceOptions {
   // false: every query goes straight to the exact store (the baseline the
   // filter is measured against; answers are the same).
   bool use_filter = true;
-  // The engine that prechecks batches (Filter::query).
+  // The engine that prechecks batches (FilterSet::query: a filter set's
+  // batch is partitioned by shard inside the call).
   Backend backend = Backend::kAuto;
 };
 

@@ -5,6 +5,10 @@
 //
 // A publisher may be bound to one catalog: it then publishes only snapshots
 // whose catalogId is that catalog's (check_snapshot_catalog).
+//
+// A snapshot here is a filter set (PROTOCOL.md section 13): a plain ABF1
+// snapshot is published as a set of one shard, a filter-set manifest as the
+// whole set, loaded and verified as one unit.
 #pragma once
 
 #include <array>
@@ -20,6 +24,7 @@
 
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
+#include "abf/filter_set.hpp"
 #include "abf/scheme.hpp"
 #include "abf/snapshot.hpp"
 
@@ -27,9 +32,12 @@ namespace abf::service {
 
 class Metrics;
 
-// One published, immutable snapshot: the filter of one catalog version.
+// One published, immutable snapshot: the filter of one catalog version, as
+// a filter set (one shard for a plain snapshot). A FilterSet answers
+// might_contain and query, and reports catalog_version, catalog_id, the
+// layout and the statistics, as a Filter does.
 struct Snapshot {
-  Filter filter;
+  FilterSet filter;
   std::string source;            // the file it came from, or "<memory>"
   std::uint64_t generation = 0;  // 1 for the first publish, +1 for each
   std::chrono::steady_clock::time_point published_at{};
@@ -45,7 +53,8 @@ struct Snapshot {
 // kCatalogMismatch otherwise, with a message naming both ids in hex, e.g.
 //   "snapshot foreign.abf is of catalog 1f..., not of catalog c.db (5f...):
 //    its absent answers would be wrong there; refused"
-Result<void> check_snapshot_catalog(const Filter& filter, std::string_view source,
+// (A Filter converts to a one-shard FilterSet.)
+Result<void> check_snapshot_catalog(const FilterSet& filter, std::string_view source,
                                     const CatalogId& expected, std::string_view catalog);
 
 // Holds the serving snapshot. Any number of threads may call current() while
@@ -78,8 +87,11 @@ class SnapshotPublisher {
   SnapshotPublisher& operator=(const SnapshotPublisher&) = delete;
   ~SnapshotPublisher();
 
-  // Loads `path` with load_snapshot (every check of section 7: checksums,
-  // protocol and format versions, lengths), then publishes it. On any error
+  // Loads `path` with load_filter_set: a plain snapshot (every check of
+  // section 7: checksums, protocol and format versions, lengths) or a filter
+  // set's manifest (the manifest's rules, then every shard with section 7
+  // and against the manifest; a set replaced while it loads is loaded
+  // again), then publishes it. On any error
   // the serving snapshot stays as it was and a load failure is counted. A
   // snapshot whose catalogVersion is older than the serving one is refused
   // with kInvalidArgument (also counted): an older filter's negatives are not
@@ -91,9 +103,10 @@ class SnapshotPublisher {
   Result<std::shared_ptr<const Snapshot>> load_and_publish(const std::filesystem::path& path,
                                                            LoadMode mode = LoadMode::kAuto);
 
-  // Publishes a filter already in memory; same version and catalog rules and
-  // counting.
-  Result<std::shared_ptr<const Snapshot>> publish(Filter filter, std::string source = "<memory>");
+  // Publishes a filter or filter set already in memory (a Filter converts to
+  // a one-shard set); same version and catalog rules and counting.
+  Result<std::shared_ptr<const Snapshot>> publish(FilterSet filter,
+                                                  std::string source = "<memory>");
 
   // The catalog this publisher is bound to; none when unbound.
   const std::optional<CatalogId>& catalog_id() const noexcept { return catalog_id_; }
@@ -107,7 +120,7 @@ class SnapshotPublisher {
   std::uint64_t load_failure_count() const noexcept;
 
  private:
-  Result<std::shared_ptr<const Snapshot>> publish_locked(Filter filter, std::string source);
+  Result<std::shared_ptr<const Snapshot>> publish_locked(FilterSet filter, std::string source);
   void count_failure() noexcept;
 
   struct alignas(64) Slot {

@@ -34,6 +34,7 @@
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
+#include "abf/filter_set.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
 #include "abf/scheme.hpp"
@@ -170,5 +171,15 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
 // The same, unkeyed.
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
                                          const BloomSpec& spec, Backend backend = Backend::kAuto);
+
+// The same as a filter set of `shard_count` shards (FilterSetBuilder, the
+// set's errors first: shard count, spec, kFilterTooLarge for shards too
+// large), for catalogs larger than one filter holds. `abf build
+// --from-catalog --shards` runs it.
+Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
+                                                std::uint64_t catalog_version,
+                                                const BloomSpec& spec, std::uint32_t shard_count,
+                                                const std::optional<Key>& key,
+                                                Backend backend = Backend::kAuto);
 
 }  // namespace abf::service
