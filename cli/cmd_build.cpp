@@ -31,6 +31,7 @@ struct BuildCommandOptions {
   std::string backend = "auto";
   std::string key_file;
   std::string catalog_id;  // 32 hex digits; files only (a catalog names its own)
+  std::string shards;      // "S" or "auto": write a filter set; empty: one snapshot
   unsigned threads = 0;
   bool distinct = false;
   bool json = false;
@@ -59,10 +60,18 @@ std::size_t chunk_digests(std::uint64_t input_bytes) {
   return input_bytes >= kGpuMinInputBytes ? kAutoCudaMinBatch : kSmallChunk;
 }
 
-// The summary: on stdout, or on stderr when stdout is the snapshot.
+// The summary: on stdout, or on stderr when stdout is the snapshot. A set
+// (--shards) reports the set and names its shard files.
 Result<void> print_summary(const BuildCommandOptions& options, const BuildInput& input,
-                           const Filter& filter, double seconds) {
+                           const FilterSet& set, double seconds) {
   const bool to_stdout = options.output == "-";
+  const bool as_set = !options.shards.empty();
+  std::vector<std::string> shard_files;
+  if (as_set) {
+    auto manifest = read_set_manifest(options.output);
+    if (!manifest) return std::unexpected(manifest.error());
+    for (const auto& entry : manifest->shards) shard_files.push_back(entry.file);
+  }
   if (options.json) {
     nlohmann::ordered_json json;
     json["output"] = options.output;
@@ -72,15 +81,25 @@ Result<void> print_summary(const BuildCommandOptions& options, const BuildInput&
     json["repeats_checked"] = input.repeats.has_value();
     json["repeats"] =
         input.repeats ? nlohmann::ordered_json(*input.repeats) : nlohmann::ordered_json(nullptr);
-    json.update(filter_json(filter));
+    if (as_set) {
+      json.update(set_json(set));
+      json["shard_files"] = shard_files;
+    } else {
+      json.update(filter_json(set.shard(0)));
+    }
     json["seconds"] = seconds;
     return write_report(json_text(json), to_stdout);
   }
-  std::string text = "wrote " + (to_stdout ? std::string("<stdout>") : options.output) + ": ";
-  const std::string inserted = with_commas(filter.inserted_item_count());
+  std::string text = "wrote " + (to_stdout ? std::string("<stdout>") : options.output);
+  if (as_set) {
+    text += " (a filter-set manifest; shard files " + shard_files.front() +
+            (shard_files.size() > 1 ? " .. " + shard_files.back() : std::string()) + ")";
+  }
+  text += ": ";
+  const std::string inserted = with_commas(set.inserted_item_count());
   if (input.source == "catalog") {
     text += inserted + " digests of catalog " + input.name + " version " +
-            std::to_string(filter.catalog_version()) +
+            std::to_string(set.catalog_version()) +
             " (a catalog version holds each digest once: no repeats)";
   } else if (input.repeats) {
     text += inserted + " distinct digests (" + with_commas(*input.repeats) +
@@ -89,7 +108,14 @@ Result<void> print_summary(const BuildCommandOptions& options, const BuildInput&
   } else {
     text += inserted + " digests, repeats included (not checked; --distinct drops them)";
   }
-  return write_report(text + ", " + filter_text(filter) + "\n", to_stdout);
+  return write_report(text + ", " + (as_set ? set_text(set) : filter_text(set.shard(0))) + "\n",
+                      to_stdout);
+}
+
+// Writes the result: a filter set (--shards) or one snapshot.
+Result<void> save_output(const BuildCommandOptions& options, const FilterSet& set) {
+  if (!options.shards.empty()) return save_filter_set(set, options.output);
+  return save_snapshot(set.shard(0), options.output);
 }
 
 // --from-catalog: the snapshot of a SQLite catalog at one version.
@@ -106,27 +132,37 @@ int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
     if (!latest) return report("build", latest.error());
     version = *latest;
   }
-  auto filter = [&] {
+  const BloomSpec spec{options.expected_items, options.fpp};
+  auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
+                                       : shard_count_from_option(options.shards, spec);
+  if (!shards) return report("build", shards.error());
+  auto set = [&]() -> Result<FilterSet> {
     const Activity activity("building from " + options.from_catalog + " version " +
                             std::to_string(version));
-    return service::build_filter_from_catalog(
-        *catalog, version, BloomSpec{options.expected_items, options.fpp}, key, backend);
+    if (options.shards.empty()) {
+      auto filter = service::build_filter_from_catalog(*catalog, version, spec, key, backend);
+      if (!filter) return std::unexpected(filter.error());
+      return FilterSet(std::move(*filter));
+    }
+    return service::build_filter_set_from_catalog(*catalog, version, spec, *shards, key, backend);
   }();
-  if (!filter) return report("build", filter.error());
-  if (auto saved = save_snapshot(*filter, options.output); !saved) {
-    return report("build", saved.error());
-  }
-  const BuildInput input{"catalog", options.from_catalog, filter->inserted_item_count(), 0};
-  if (auto printed = print_summary(options, input, *filter, seconds_since(start)); !printed) {
+  if (!set) return report("build", set.error());
+  if (auto saved = save_output(options, *set); !saved) return report("build", saved.error());
+  const BuildInput input{"catalog", options.from_catalog, set->inserted_item_count(), 0};
+  if (auto printed = print_summary(options, input, *set, seconds_since(start)); !printed) {
     return report("build", printed.error());
   }
   return kExitOk;
 }
 
-// The message of a capacity error: where, and how many went in.
+// The message of a capacity error: where, and how many went in. A shard
+// that overflowed before the set did keeps the library's message (it names
+// the shard).
 Error capacity_error(Error error, const BuildCommandOptions& options, const DigestReader& reader,
-                     std::uint64_t inserted) {
-  if (error.code == ErrorCode::kCapacityExceeded) {
+                     std::uint64_t inserted, std::size_t chunk) {
+  if (error.code == ErrorCode::kCapacityExceeded && inserted + chunk <= options.expected_items) {
+    error.message = reader.source_name() + ": " + error.message;
+  } else if (error.code == ErrorCode::kCapacityExceeded) {
     error.message = reader.source_name() + ": more than --expected-items " +
                     std::to_string(options.expected_items) +
                     (options.distinct ? " distinct digests" : " digests") + " (detected after " +
@@ -140,7 +176,7 @@ Error capacity_error(Error error, const BuildCommandOptions& options, const Dige
 // of bounded memory), then the distinct ones, ascending, into the builder.
 // The filter is the same whatever the order its digests come in.
 Result<BuildInput> add_distinct(const BuildCommandOptions& options, DigestReader& reader,
-                                FilterBuilder& builder, Backend backend) {
+                                FilterSetBuilder& builder, Backend backend) {
   const char* tmpdir = std::getenv("TMPDIR");
   DistinctDigests distinct(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp");
   std::vector<Digest> chunk(kSmallChunk);
@@ -161,8 +197,8 @@ Result<BuildInput> add_distinct(const BuildCommandOptions& options, DigestReader
   auto finished = distinct.finish(
       [&](std::span<const Digest> digests) -> Result<void> {
         if (auto added = builder.add(digests, backend); !added) {
-          return std::unexpected(
-              capacity_error(added.error(), options, reader, builder.inserted_item_count()));
+          return std::unexpected(capacity_error(added.error(), options, reader,
+                                                builder.inserted_item_count(), digests.size()));
         }
         return {};
       },
@@ -174,7 +210,7 @@ Result<BuildInput> add_distinct(const BuildCommandOptions& options, DigestReader
 
 // Every input digest into the builder, repeats included.
 Result<BuildInput> add_all(const BuildCommandOptions& options, DigestReader& reader,
-                           FilterBuilder& builder, Backend backend) {
+                           FilterSetBuilder& builder, Backend backend) {
   // Two input buffers: the next chunk is read on another thread while this
   // one is inserted (reading 4 GiB from the page cache alone takes 0.6 s).
   const std::size_t chunk = chunk_digests(reader.size_hint());
@@ -192,8 +228,8 @@ Result<BuildInput> add_all(const BuildCommandOptions& options, DigestReader& rea
     auto added = builder.add(batch, backend);
     got = next.get();  // joined before any return: the reader is not left in use
     if (!added) {
-      return std::unexpected(
-          capacity_error(added.error(), options, reader, builder.inserted_item_count()));
+      return std::unexpected(capacity_error(added.error(), options, reader,
+                                            builder.inserted_item_count(), batch.size()));
     }
     total += batch.size();
     progress.update(reader.bytes_read());
@@ -202,6 +238,11 @@ Result<BuildInput> add_all(const BuildCommandOptions& options, DigestReader& rea
 }
 
 int run_build(const BuildCommandOptions& options) {
+  if (!options.shards.empty() && options.output == "-") {
+    return usage_error("build",
+                       "--shards writes a filter set, a manifest and shard files beside it, "
+                       "which cannot go to standard output; name a file with --output");
+  }
   const auto start = std::chrono::steady_clock::now();
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
@@ -222,7 +263,10 @@ int run_build(const BuildCommandOptions& options) {
     build_options.catalog_id = *id;
   }
   build_options.key = *key;
-  auto builder = FilterBuilder::create(spec, build_options);
+  auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
+                                       : shard_count_from_option(options.shards, spec);
+  if (!shards) return report("build", shards.error());
+  auto builder = FilterSetBuilder::create(spec, *shards, build_options);
   if (!builder) return report("build", builder.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("build", reader.error());
@@ -230,13 +274,14 @@ int run_build(const BuildCommandOptions& options) {
   auto input = options.distinct ? add_distinct(options, *reader, *builder, *backend)
                                 : add_all(options, *reader, *builder, *backend);
   if (!input) return report("build", input.error());
-  auto finished = std::move(*builder).finish();
+  auto finished = [&] {
+    const Activity activity(*shards > 1 ? "finishing " + std::to_string(*shards) + " shards"
+                                        : std::string("finishing"));
+    return std::move(*builder).finish();
+  }();
   if (!finished) return report("build", finished.error());
-  const Filter& filter = *finished;
-  if (auto saved = save_snapshot(filter, options.output); !saved) {
-    return report("build", saved.error());
-  }
-  if (auto printed = print_summary(options, *input, filter, seconds_since(start)); !printed) {
+  if (auto saved = save_output(options, *finished); !saved) return report("build", saved.error());
+  if (auto printed = print_summary(options, *input, *finished, seconds_since(start)); !printed) {
     return report("build", printed.error());
   }
   return kExitOk;
@@ -268,7 +313,15 @@ Command add_build_command(CLI::App& root) {
       "A snapshot built --from-catalog carries the catalog's id, and `abf dedup` accepts only\n"
       "snapshots of its catalog; one built from files names no catalog unless --catalog-id\n"
       "says which. With --key-file the snapshot is keyed (hash protocol 2): it answers only\n"
-      "with that key, which it never contains (only the key's fingerprint).");
+      "with that key, which it never contains (only the key's fingerprint).\n"
+      "Filter sets: --shards S splits the catalog by the digests' last 8 bytes into S shards,\n"
+      "each an ABF1 snapshot sized for its share; --output is the set's manifest and the\n"
+      "shards are written beside it as <output>.<build id>.<shard>.abf (the manifest last and\n"
+      "atomically; the files of the set it replaces are removed after). The input is read\n"
+      "once; memory is the shards' bitsets plus 256 MiB of staging and one shard's build\n"
+      "buffers. A set cannot be written to standard output. Every command that reads a\n"
+      "snapshot reads a set by its manifest.\n"
+      "  abf build -n 300000000 -p 0.01 --shards auto -f bin -i digests.bin -o catalog.abfs");
   app->add_option("--expected-items,-n", options->expected_items,
                   "Design capacity n (1..2^30); more digests than this is an error")
       ->required();
@@ -298,6 +351,11 @@ Command add_build_command(CLI::App& root) {
                   "input digests are (default: none); --from-catalog records the catalog's own")
       ->check(catalog_id_validator())
       ->excludes(from_catalog);
+  app->add_option("--shards", options->shards,
+                  "Write a filter set of S shards (1..65536) instead of one snapshot, or auto:\n"
+                  "the fewest shards whose filters each fit at --fpp (one filter holds at most\n"
+                  "2^30 bits, about 1.1e8 digests at p = 0.01). --output names its manifest")
+      ->check(shards_validator());
   add_key_file_option(*app, options->key_file, "build a keyed (hash protocol 2) snapshot");
   add_backend_option(*app, options->backend, "Build engine");
   add_threads_option(*app, options->threads, /*reads_ahead=*/true);

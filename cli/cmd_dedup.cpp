@@ -107,7 +107,7 @@ int run_dedup(const DedupOptions& options) {
   load_options.key = std::move(*key);
   auto snapshot = [&]() -> Result<std::shared_ptr<const service::Snapshot>> {
     if (options.snapshot != "-") return publisher.load_and_publish(options.snapshot, load_options);
-    auto filter = load_snapshot_argument(options.snapshot, load_options);
+    auto filter = load_set_argument(options.snapshot, load_options);
     if (!filter) return std::unexpected(filter.error());
     return publisher.publish(std::move(*filter), "<stdin>");
   }();
@@ -196,13 +196,15 @@ Command add_dedup_command(CLI::App& root) {
       "temporary file in $TMPDIR, default /tmp) and copied to stdout only at the end.\n"
       "The snapshot must be of this catalog (abf build --from-catalog writes its catalogId):\n"
       "one of another catalog, or of none, is refused (catalog_mismatch), since its `absent`\n"
-      "answers would be wrong. A keyed snapshot needs its --key-file.\n"
+      "answers would be wrong. A keyed snapshot needs its --key-file. A filter set (abf build\n"
+      "--from-catalog --shards) is given by its manifest, and is verified and used whole.\n"
       "Examples:\n"
       "  abf dedup --snapshot c.abf --db catalog.db --input candidates.txt > new.txt\n"
       "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
       "  abf dedup -s c.abf --db catalog.db -i cand.txt --exact-only   (the baseline)");
   app->add_option("--snapshot,-s", options->snapshot,
-                  "ABF1 snapshot built from the catalog, or - for standard input")
+                  "ABF1 snapshot or filter-set manifest built from the catalog, or - for a\n"
+                  "snapshot on standard input")
       ->required();
   app->add_option("--db", options->db, "Catalog database (opened read-only)")
       ->required()

@@ -1,5 +1,6 @@
 // abf inspect: every header field of a validated snapshot, and its statistics.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,11 +32,114 @@ void append(std::string& out, const char* format, Args... args) {
   out += line;
 }
 
+// A filter set: the manifest's fields, the set's statistics, then each
+// shard's header (every shard verified against the manifest by the load).
+int inspect_set(const InspectOptions& options, const LoadOptions& load_options) {
+  auto set = [&] {
+    const Activity activity("verifying " + options.snapshot + " and its shards");
+    return load_filter_set(options.snapshot, load_options);
+  }();
+  if (!set) return report("inspect", set.error());
+  auto manifest = read_set_manifest(options.snapshot);
+  if (!manifest) return report("inspect", manifest.error());
+  const SetManifest& m = *manifest;
+  std::error_code ec;
+  const std::uint64_t manifest_size = std::filesystem::file_size(options.snapshot, ec);
+  const auto shard_size = [&](std::uint32_t i) -> std::uint64_t {
+    std::error_code error;
+    const auto size =
+        std::filesystem::file_size(set_shard_path(options.snapshot, m.shards[i]), error);
+    return error ? 0 : size;
+  };
+  std::string out;
+  if (options.json) {
+    nlohmann::ordered_json json;
+    json["path"] = options.snapshot;
+    json["manifest_size"] = manifest_size;
+    json["magic"] = "ABFS";
+    json["format_version"] = m.format_version;
+    json["shard_count"] = m.shard_count();
+    json["hash_protocol_version"] = m.hash_protocol_version;
+    json["hash_count"] = m.shard_hash_count;
+    json["catalog_version"] = m.catalog_version;
+    json["expected_item_count"] = m.expected_item_count;
+    json["shard_expected_item_count"] = m.shard_expected_item_count;
+    json["inserted_item_count"] = m.inserted_item_count;
+    json["target_fpp"] = m.target_fpp;
+    json["shard_bit_count"] = m.shard_bit_count;
+    json["bit_count"] = set->bit_count();
+    json["catalog_id"] = m.catalog_id.hex();
+    json["key_fingerprint"] = m.key_fingerprint.hex();
+    json["build_id"] = hex64(m.build_id);
+    json["header_checksum"] = hex64(m.header_checksum);
+    json["body_checksum"] = hex64(m.body_checksum);
+    json["popcount"] = set->popcount();
+    json["fill_ratio"] = set->fill_ratio();
+    json["estimated_fpp"] = set->estimate_false_positive_rate();
+    nlohmann::ordered_json shards = nlohmann::ordered_json::array();
+    for (std::uint32_t i = 0; i < m.shard_count(); ++i) {
+      const Filter& shard = set->shard(i);
+      const SnapshotHeader h = snapshot_header(shard);
+      shards.push_back({{"index", i},
+                        {"file", m.shards[i].file},
+                        {"file_size", shard_size(i)},
+                        {"inserted_item_count", h.inserted_item_count},
+                        {"bit_count", h.bit_count},
+                        {"payload_checksum", hex64(h.payload_checksum)},
+                        {"header_checksum", hex64(h.header_checksum)},
+                        {"popcount", shard.popcount()},
+                        {"fill_ratio", shard.fill_ratio()},
+                        {"estimated_fpp", shard.estimate_false_positive_rate()}});
+    }
+    json["shards"] = std::move(shards);
+    out = json_text(json);
+  } else {
+    append(out, "filter set            %s\n", options.snapshot.c_str());
+    append(out, "manifest size         %s bytes\n", with_commas(manifest_size).c_str());
+    append(out, "magic                 ABFS\n");
+    append(out, "format version        %u\n", m.format_version);
+    append(out, "shard count           %u\n", m.shard_count());
+    append(out, "hash protocol version %u\n", m.hash_protocol_version);
+    append(out, "hash count (k)        %u\n", m.shard_hash_count);
+    append(out, "catalog version       %llu\n", static_cast<unsigned long long>(m.catalog_version));
+    append(out, "expected items (n)    %s\n", with_commas(m.expected_item_count).c_str());
+    append(out, "per shard (n_i)       %s\n", with_commas(m.shard_expected_item_count).c_str());
+    append(out, "inserted items        %s\n", with_commas(m.inserted_item_count).c_str());
+    append(out, "target fpp            %.17g\n", m.target_fpp);
+    append(out, "bit count (m)         %s a shard, %s in all (%s bytes)\n",
+           with_commas(m.shard_bit_count).c_str(), with_commas(set->bit_count()).c_str(),
+           with_commas(set->bit_count() / 8).c_str());
+    append(out, "catalog id            %s%s\n", m.catalog_id.hex().c_str(),
+           m.catalog_id.is_zero() ? " (none: tied to no catalog)" : "");
+    append(out, "key fingerprint       %s%s\n", m.key_fingerprint.hex().c_str(),
+           m.key_fingerprint.is_zero() ? " (unkeyed)" : " (keyed; key verified)");
+    append(out, "build id              %s\n", hex64(m.build_id).c_str());
+    append(out, "checksums             header %s, body %s (XXH3-64, verified)\n",
+           hex64(m.header_checksum).c_str(), hex64(m.body_checksum).c_str());
+    append(out, "bits set              %s\n", with_commas(set->popcount()).c_str());
+    append(out, "fill ratio            %.6f\n", set->fill_ratio());
+    append(out, "estimated fpp         %.6g (the shards' mean)\n",
+           set->estimate_false_positive_rate());
+    for (std::uint32_t i = 0; i < m.shard_count(); ++i) {
+      const Filter& shard = set->shard(i);
+      append(out, "shard %-5u           %s: %s items, %s bytes, fill %.6f, estimated fpp %.6g\n", i,
+             m.shards[i].file.c_str(), with_commas(shard.inserted_item_count()).c_str(),
+             with_commas(shard_size(i)).c_str(), shard.fill_ratio(),
+             shard.estimate_false_positive_rate());
+    }
+  }
+  if (auto wrote = write_stdout(out); !wrote) return report("inspect", wrote.error());
+  return kExitOk;
+}
+
 int run_inspect(const InspectOptions& options) {
   auto key = key_from_option(options.key_file);
   if (!key) return report("inspect", key.error());
   LoadOptions load_options;
   load_options.key = std::move(*key);
+  auto is_set = names_filter_set(options.snapshot);
+  if (!is_set) return report("inspect", is_set.error());
+  if (*is_set) return inspect_set(options, load_options);
   // Loading checks every rule and the key (a keyed snapshot needs its key
   // here as everywhere); the header is then read as stored, so a
   // formatVersion-1 file shows its own version and checksums.
@@ -106,15 +210,18 @@ int run_inspect(const InspectOptions& options) {
 Command add_inspect_command(CLI::App& root) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* app = root.add_subcommand(
-      "inspect", "Validate a snapshot and print its header, fill ratio and estimated fpp");
+      "inspect", "Validate a snapshot or filter set and print its header, fill ratio and fpp");
   app->footer(
       "Every rule of the ABF1 format is checked, both checksums included. A keyed snapshot\n"
       "(hash protocol 2) needs its --key-file; the key itself is never shown, only its\n"
-      "fingerprint.\n"
+      "fingerprint. A filter set (a manifest, abf build --shards) is checked whole: the\n"
+      "manifest, then every shard against it; the set is shown, then each shard.\n"
       "Examples:\n"
       "  abf inspect catalog.abf --json\n"
+      "  abf inspect catalog.abfs\n"
       "  abf build -n 1000 -p 0.01 -i digests.txt -o - | abf inspect -");
-  app->add_option("snapshot", options->snapshot, "ABF1 snapshot, or - for standard input")
+  app->add_option("snapshot", options->snapshot,
+                  "ABF1 snapshot or filter-set manifest, or - for a snapshot on standard input")
       ->required();
   add_key_file_option(*app, options->key_file, "open a keyed (hash protocol 2) snapshot");
   app->add_flag("--json", options->json, "One JSON object instead of text");

@@ -27,18 +27,30 @@ int run_merge(const MergeCommandOptions& options) {
   if (std::ranges::count(options.inputs, "-") > 1) {
     return usage_error("merge", "standard input (-) can be only one of the inputs");
   }
+  // Filter sets merge into a set, shard by shard; snapshots into a snapshot.
+  bool sets = false;
+  for (const auto& input : options.inputs) {
+    auto is_set = names_filter_set(input);
+    if (!is_set) return report("merge", is_set.error());
+    sets = sets || *is_set;
+  }
+  if (sets && options.output == "-") {
+    return usage_error("merge",
+                       "the inputs are filter sets, whose merge is a manifest and shard files, "
+                       "which cannot go to standard output; name a file with --output");
+  }
   apply_threads(options.threads);
   const auto start = std::chrono::steady_clock::now();
   auto key = key_from_option(options.key_file);
   if (!key) return report("merge", key.error());
   LoadOptions load_options;
   load_options.key = std::move(*key);
-  std::vector<Filter> filters;
+  std::vector<FilterSet> filters;
   filters.reserve(options.inputs.size());
   {
     Progress progress("loading", options.inputs.size(), "snapshots");
     for (const auto& input : options.inputs) {
-      auto filter = load_snapshot_argument(input, load_options);
+      auto filter = load_set_argument(input, load_options);
       if (!filter) {
         Error error = filter.error();
         // Every error names the input it is about, once.
@@ -58,10 +70,12 @@ int run_merge(const MergeCommandOptions& options) {
                std::string("<stdin>"));
   auto merged = [&] {
     const Activity activity("merging " + std::to_string(filters.size()) + " snapshots");
-    return merge_filters(filters, merge_options);
+    return merge_filter_sets(filters, merge_options);
   }();
   if (!merged) return report("merge", merged.error());
-  if (auto saved = save_snapshot(*merged, options.output); !saved) {
+  if (auto saved = sets ? save_filter_set(*merged, options.output)
+                        : save_snapshot(merged->shard(0), options.output);
+      !saved) {
     return report("merge", saved.error());
   }
   // With --output - the snapshot is standard output: the report goes to
@@ -72,7 +86,7 @@ int run_merge(const MergeCommandOptions& options) {
     nlohmann::ordered_json json;
     json["output"] = options.output;
     json["inputs"] = options.inputs;
-    json.update(filter_json(*merged));
+    json.update(sets ? set_json(*merged) : filter_json(merged->shard(0)));
     json["seconds"] = seconds_since(start);
     out = json_text(json);
   } else {
@@ -80,7 +94,7 @@ int run_merge(const MergeCommandOptions& options) {
           std::to_string(filters.size()) + (filters.size() == 1 ? " snapshot, " : " snapshots, ") +
           with_commas(merged->inserted_item_count()) +
           " digests (the parts' counts summed; a digest in two parts counts twice), " +
-          filter_text(*merged) + "\n";
+          (sets ? set_text(*merged) : filter_text(merged->shard(0))) + "\n";
   }
   if (auto wrote = write_report(out, to_stdout); !wrote) return report("merge", wrote.error());
   return kExitOk;
@@ -100,9 +114,13 @@ Command add_merge_command(CLI::App& root) {
       "not exceed expectedItemCount. Keyed parts need their --key-file; the result is keyed\n"
       "with the same key and keeps the parts' catalogId.\n"
       "The summary goes to stdout, or to stderr with --output - (stdout is then the snapshot).\n"
+      "Filter sets (abf build --shards) merge shard by shard into a set at --output (its\n"
+      "manifest): all inputs need the same shard count and --expected-items, and the result\n"
+      "cannot go to standard output.\n"
       "Examples:\n"
       "  abf merge part-0.abf part-1.abf part-2.abf --output catalog.abf\n"
-      "  abf merge part-*.abf -o - --json > catalog.abf 2> merge.json");
+      "  abf merge part-*.abf -o - --json > catalog.abf 2> merge.json\n"
+      "  abf merge part-0.abfs part-1.abfs -o catalog.abfs");
   app->add_option("inputs", options->inputs,
                   "Snapshots to merge (at least one; one of them may be - for standard input)")
       ->required();

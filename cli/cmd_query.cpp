@@ -83,7 +83,7 @@ int run_query(const QueryOptions& options) {
   if (!key) return report("query", key.error());
   LoadOptions load_options;
   load_options.key = std::move(*key);
-  auto filter = load_snapshot_argument(options.snapshot, load_options);
+  auto filter = load_set_argument(options.snapshot, load_options);
   if (!filter) return report("query", filter.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("query", reader.error());
@@ -147,12 +147,16 @@ Command add_query_command(CLI::App& root) {
       "to stdout only when every digest is answered, so they appear when the query ends.\n"
       "A keyed snapshot (hash protocol 2) answers only with its --key-file: without it the\n"
       "query fails (key_required), with another key too (key_mismatch).\n"
+      "A filter set is queried by its manifest (abf build --shards): each digest goes to its\n"
+      "shard inside the batch, and the answers are those of each shard alone. A set cannot\n"
+      "come from standard input (its shards are files beside the manifest).\n"
       "Examples:\n"
       "  abf query --snapshot c.abf --input candidates.txt --output answers.tsv\n"
       "  abf query -s c.abf -f bin --input candidates.bin --summary --json\n"
       "  abf build -n 1000 -p 0.01 -i members.txt -o - | abf query -s - -i candidates.txt");
   app->add_option("--snapshot,-s", options->snapshot,
-                  "ABF1 snapshot to query, or - for standard input (then --input is a file)")
+                  "ABF1 snapshot or filter-set manifest to query, or - for a snapshot on\n"
+                  "standard input (then --input is a file)")
       ->required();
   app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
   app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")

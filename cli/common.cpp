@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -198,6 +199,42 @@ std::string filter_text(const Filter& filter) {
   return out.str();
 }
 
+nlohmann::ordered_json set_json(const FilterSet& set) {
+  nlohmann::ordered_json json;
+  json["inserted_item_count"] = set.inserted_item_count();
+  json["expected_item_count"] = set.expected_item_count();
+  json["target_fpp"] = set.target_fpp();
+  json["bit_count"] = set.bit_count();
+  json["hash_count"] = set.hash_count();
+  json["fill_ratio"] = set.fill_ratio();
+  json["estimated_fpp"] = set.estimate_false_positive_rate();
+  json["catalog_version"] = set.catalog_version();
+  json["catalog_id"] = set.catalog_id().is_zero() ? nlohmann::ordered_json(nullptr)
+                                                  : nlohmann::ordered_json(set.catalog_id().hex());
+  json["hash_protocol_version"] = set.hash_protocol_version();
+  json["key_fingerprint"] = set.scheme().keyed()
+                                ? nlohmann::ordered_json(set.scheme().key_fingerprint().hex())
+                                : nlohmann::ordered_json(nullptr);
+  json["shard_count"] = set.shard_count();
+  json["shard_expected_item_count"] = set.shard_expected_item_count();
+  json["shard_bit_count"] = set.shard_bit_count();
+  return json;
+}
+
+std::string set_text(const FilterSet& set) {
+  std::ostringstream out;
+  out << set.shard_count() << (set.shard_count() == 1 ? " shard" : " shards")
+      << " of m = " << with_commas(set.shard_bit_count())
+      << " bits (n_i = " << with_commas(set.shard_expected_item_count())
+      << " each), k = " << set.hash_count() << ", fill " << set.fill_ratio()
+      << ", estimated false-positive rate " << set.estimate_false_positive_rate()
+      << ", catalog version " << set.catalog_version() << ", catalog id "
+      << (set.catalog_id().is_zero() ? "none" : set.catalog_id().hex()) << ", hash protocol "
+      << set.hash_protocol_version();
+  if (set.scheme().keyed()) out << " (key " << set.scheme().key_fingerprint().hex() << ")";
+  return out.str();
+}
+
 Result<std::vector<std::uint8_t>> read_standard_input(std::uint64_t limit, std::string_view what) {
   std::vector<std::uint8_t> bytes;
   std::vector<std::uint8_t> buffer(std::size_t{1} << 20);
@@ -243,6 +280,11 @@ Result<Filter> load_snapshot_argument(const std::string& path, const LoadOptions
     error.message = "<stdin>: " + error.message;
     return error;
   };
+  if (input->size() >= 4 && std::memcmp(input->data(), "ABFS", 4) == 0) {
+    return fail(ErrorCode::kInvalidArgument,
+                "<stdin>: a filter set cannot come from standard input: its manifest names shard "
+                "files beside it; give the manifest's path");
+  }
   auto filter = parse_snapshot(*input, options.key);
   if (!filter) return std::unexpected(named(filter.error()));
   if (header != nullptr) {
@@ -252,6 +294,40 @@ Result<Filter> load_snapshot_argument(const std::string& path, const LoadOptions
   }
   if (bytes != nullptr) *bytes = input->size();
   return filter;
+}
+
+Result<FilterSet> load_set_argument(const std::string& path, const LoadOptions& options) {
+  if (path != "-") return load_filter_set(path, options);
+  auto filter = load_snapshot_argument(path, options);
+  if (!filter) return std::unexpected(filter.error());
+  return FilterSet(std::move(*filter));
+}
+
+Result<bool> names_filter_set(const std::string& path) {
+  if (path == "-") return false;
+  auto kind = filter_file_kind(path);
+  if (!kind) return std::unexpected(kind.error());
+  return *kind == FilterFileKind::kManifest;
+}
+
+CLI::Validator shards_validator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (value == "auto") return {};
+        std::uint64_t count = 0;
+        const char* end = value.data() + value.size();
+        const auto [at, problem] = std::from_chars(value.data(), end, count);
+        if (problem != std::errc() || at != end || count < 1 || count > kMaxShardCount) {
+          return value + " is not auto or a shard count in 1..65536";
+        }
+        return {};
+      },
+      "S|auto");
+}
+
+Result<std::uint32_t> shard_count_from_option(const std::string& shards, const BloomSpec& spec) {
+  if (shards == "auto") return choose_shard_count(spec);
+  return static_cast<std::uint32_t>(std::stoul(shards));  // checked by shards_validator
 }
 
 // ------------------------------------------------------------------ DataOutput

@@ -18,6 +18,7 @@
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
+#include "abf/filter_set.hpp"
 #include "abf/io.hpp"
 #include "abf/scheme.hpp"
 #include "abf/snapshot.hpp"
@@ -90,6 +91,15 @@ nlohmann::ordered_json filter_json(const Filter& filter);
 // The same in words, for the human summary: "m = 9,585,059 bits, k = 7, ...".
 std::string filter_text(const Filter& filter);
 
+// The report of a filter set written as a set (a manifest and its shards):
+// filter_json's keys, for the set as a whole (counts and bits summed,
+// fill and estimated rate over the set), then shard_count,
+// shard_expected_item_count and shard_bit_count.
+nlohmann::ordered_json set_json(const FilterSet& set);
+
+// The same in words: "3 shards of m = 959,296,064 bits (n_i = ...), k = 7, ...".
+std::string set_text(const FilterSet& set);
+
 // Everything on standard input, at most `limit` bytes (kIo beyond, naming
 // the limit and `what`).
 Result<std::vector<std::uint8_t>> read_standard_input(std::uint64_t limit, std::string_view what);
@@ -101,6 +111,23 @@ Result<std::vector<std::uint8_t>> read_standard_input(std::uint64_t limit, std::
 Result<Filter> load_snapshot_argument(const std::string& path, const LoadOptions& options,
                                       SnapshotHeader* header = nullptr,
                                       std::uint64_t* bytes = nullptr);
+
+// A filter or filter set named on the command line (every command that
+// reads a snapshot takes a set): a path is load_filter_set (a manifest, or a
+// plain snapshot as a one-shard set); "-" is a snapshot on standard input,
+// as load_snapshot_argument reads it. A manifest on standard input is
+// refused (kInvalidArgument): it names shard files beside it, which a
+// stream has not.
+Result<FilterSet> load_set_argument(const std::string& path, const LoadOptions& options);
+
+// Whether `path` names a filter-set manifest ("-" never does). kIo if it
+// cannot be read.
+Result<bool> names_filter_set(const std::string& path);
+
+// "--shards S|auto": the validator (1..65,536 or auto) and the count it
+// means for `spec` (choose_shard_count for auto, which may fail).
+CLI::Validator shards_validator();
+Result<std::uint32_t> shard_count_from_option(const std::string& shards, const BloomSpec& spec);
 
 // A data output: `path` written atomically (AtomicFile), or "-", standard
 // output, staged first: the data is kept in memory up to 1 MiB and beyond
