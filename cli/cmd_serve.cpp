@@ -1,6 +1,7 @@
 // abf serve: the existence service on the network (docs/serve.md). HTTP/1.1
 // and gRPC in front of each tenant's snapshot and catalog; every answer
 // exact. Built when the server's packages are present (server/CMakeLists.txt).
+#include <malloc.h>
 #include <signal.h>
 
 #include <fstream>
@@ -109,6 +110,14 @@ int run_serve(const ServeOptions& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A client that goes away mid-answer must not kill the server.
   ::signal(SIGPIPE, SIG_IGN);
+  // A 64 Ki-digest batch is 2 MiB in and 2 MiB out, held in a few buffers
+  // of that size per request. glibc serves each from mmap and unmaps it on
+  // free, so every request faulted its buffers in afresh (perf: a quarter of
+  // the samples in page faults and unmapping; 5.0 M digests/s). Fixed
+  // thresholds keep buffers up to 16 MiB in the heap for reuse (12 M/s), and
+  // a heap returns memory beyond 32 MiB free at its top to the system.
+  ::mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 32 << 20);
 
   auto server = server::Server::start(*config);
   if (!server) return report("serve", server.error());
