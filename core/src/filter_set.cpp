@@ -29,17 +29,19 @@ namespace {
 // is partitioned on the calling thread. A block costs ~3 ns a digest, so
 // 16 Ki of them is ~50 us, far above a task's spawn cost.
 constexpr std::size_t kPartitionGrain = 16 * 1024;
-// A query runs in pieces of at most this many digests, so its scratch (35
-// bytes a digest) stays at 9 MiB; a device engine gets larger pieces, as its
-// copies pay only for big batches (kAutoCudaMinBatch).
-constexpr std::size_t kHostQueryPiece = std::size_t{256} << 10;
-constexpr std::size_t kDeviceQueryPiece = std::size_t{4} << 20;
-// With fewer digests than this a shard on average, the shards of a piece
-// are queried side by side (each part then runs on one thread); with more,
-// one after the other, each spread over the arena by its engine.
-constexpr std::size_t kShardParallelGrain = 16 * 1024;
-// Query scratch kept for the next call (each at most ~9.3 MiB on the host).
-constexpr std::size_t kPooledScratch = 8;
+// A query is partitioned and answered block by block, one task a block: a
+// block's digests, their sorted copy and answers stay in the core's caches
+// (16 Ki digests: 0.5 MiB each way; copying 256 Ki-digest pieces through
+// DRAM instead cost ~13 ns a digest on this VM), and each shard's part of a
+// block is one engine call on the task's thread. A block has at least ~1 Ki
+// digests a shard, so calls stay long beside their cost, and at most 1 Mi
+// (36 MiB of scratch). A device engine gets blocks of 4 Mi digests, one after
+// the other: its copies pay only for big batches (kAutoCudaMinBatch).
+constexpr std::size_t kMinQueryBlock = 16 * 1024;
+constexpr std::size_t kMaxQueryBlock = std::size_t{1} << 20;
+constexpr std::size_t kDeviceQueryBlock = std::size_t{4} << 20;
+// Query scratch kept for the next call (one a task; 0.6 MiB for a 16 Ki block).
+constexpr std::size_t kPooledScratch = 16;
 // The builder's staging over all shards: 8 Mi digests (256 MiB), but at
 // least kMinRegion a shard and never more than n_i.
 constexpr std::size_t kStagingDigests = std::size_t{8} << 20;
@@ -140,11 +142,9 @@ struct QueryScratch {
   std::vector<std::uint16_t> ids;
   std::vector<Digest> sorted;
   std::vector<Answer> sorted_answers;
-  std::vector<std::uint32_t> offsets;  // blocks x S
-  std::vector<std::uint32_t> cursors;  // blocks x S
-  std::vector<std::size_t> totals;     // S
-  std::vector<std::size_t> start;      // S + 1
-  std::vector<Digest*> dest;           // S
+  std::vector<std::uint32_t> counts;  // S
+  std::vector<std::size_t> start;     // S + 1
+  std::vector<std::size_t> cursor;    // S
 };
 
 // Scratch handed to one call at a time. Not thread_local: a thread waiting
@@ -383,6 +383,48 @@ double FilterSet::estimate_false_positive_rate() const noexcept {
   return sum / static_cast<double>(state_->shards.size());
 }
 
+namespace {
+
+// One block of a set's query, on the calling thread: counting sort by shard,
+// one engine call per shard's part, the answers back in input order.
+template <class Ask>
+Result<void> query_block(const detail::ShardRouter& route, std::span<const Filter> shards,
+                         const Digest* in, std::size_t count, Answer* out, QueryScratch& s,
+                         const Ask& ask) {
+  const auto shard_count = static_cast<std::uint32_t>(shards.size());
+  if (s.ids.size() < count) s.ids.resize(count);
+  if (s.sorted.size() < count) s.sorted.resize(count);
+  if (s.sorted_answers.size() < count) s.sorted_answers.resize(count);
+  s.counts.assign(shard_count, 0);
+  s.start.resize(shard_count + 1);
+  s.cursor.resize(shard_count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t shard = route(in[i]);
+    s.ids[i] = static_cast<std::uint16_t>(shard);
+    ++s.counts[shard];
+  }
+  s.start[0] = 0;
+  for (std::uint32_t i = 0; i < shard_count; ++i) {
+    s.start[i + 1] = s.start[i] + s.counts[i];
+    s.cursor[i] = s.start[i];
+  }
+  for (std::size_t i = 0; i < count; ++i) s.sorted[s.cursor[s.ids[i]]++] = in[i];
+  for (std::uint32_t i = 0; i < shard_count; ++i) {
+    if (s.counts[i] == 0) continue;
+    const std::size_t first = s.start[i];
+    if (auto done = ask(shards[i], std::span<const Digest>(s.sorted.data() + first, s.counts[i]),
+                        std::span<Answer>(s.sorted_answers.data() + first, s.counts[i]));
+        !done) {
+      return done;
+    }
+  }
+  for (std::uint32_t i = 0; i < shard_count; ++i) s.cursor[i] = s.start[i];
+  for (std::size_t i = 0; i < count; ++i) out[i] = s.sorted_answers[s.cursor[s.ids[i]]++];
+  return {};
+}
+
+}  // namespace
+
 Result<void> FilterSet::query(std::span<const Digest> digests, std::span<Answer> answers,
                               Backend backend) const {
   const State& state = *state_;
@@ -405,75 +447,43 @@ Result<void> FilterSet::query(std::span<const Digest> digests, std::span<Answer>
     if (done || !may_fall_back) return done;
     return fallback.query(shard, part, out);
   };
+  const std::span<const Filter> shards = state.shards;
+  const std::size_t count = digests.size();
+  const auto block_of = [&](std::size_t block, std::size_t size, QueryScratch& scratch) {
+    const std::size_t first = block * size;
+    return query_block(state.route, shards, digests.data() + first, std::min(size, count - first),
+                       answers.data() + first, scratch, ask);
+  };
 
-  const std::uint32_t shard_count = this->shard_count();
-  const std::size_t piece = engine.insert == nullptr ? kDeviceQueryPiece : kHostQueryPiece;
-  ScratchLease lease;
-  QueryScratch& s = *lease;
-  for (std::size_t offset = 0; offset < digests.size(); offset += piece) {
-    const std::size_t count = std::min(piece, digests.size() - offset);
-    const Digest* in = digests.data() + offset;
-    Answer* out = answers.data() + offset;
-    const std::size_t blocks = partition_blocks(count);
-    if (s.ids.size() < count) s.ids.resize(count);
-    if (s.sorted.size() < count) s.sorted.resize(count);
-    if (s.sorted_answers.size() < count) s.sorted_answers.resize(count);
-    s.offsets.resize(blocks * shard_count);
-    s.totals.resize(shard_count);
-    s.start.resize(shard_count + 1);
-    s.dest.resize(shard_count);
-
-    // Counting sort by shard: count, place each shard's part, copy.
-    count_shards(state.route, shard_count, in, count, blocks, s.ids.data(), s.offsets.data());
-    block_offsets(shard_count, blocks, s.offsets.data(), s.totals.data());
-    s.start[0] = 0;
-    for (std::uint32_t i = 0; i < shard_count; ++i) {
-      s.start[i + 1] = s.start[i] + s.totals[i];
-      s.dest[i] = s.sorted.data() + s.start[i];
+  if (engine.insert == nullptr) {
+    // A device engine: big blocks, one after the other.
+    ScratchLease lease;
+    for (std::size_t block = 0; block * kDeviceQueryBlock < count; ++block) {
+      if (auto done = block_of(block, kDeviceQueryBlock, *lease); !done) return done;
     }
-    s.cursors = s.offsets;
-    scatter_digests(in, count, s.ids.data(), blocks, shard_count, s.cursors.data(), s.dest.data());
-
-    // Each shard's part in one engine call.
-    const auto part = [&](std::uint32_t i) {
-      return std::pair{std::span<const Digest>(s.sorted.data() + s.start[i], s.totals[i]),
-                       std::span<Answer>(s.sorted_answers.data() + s.start[i], s.totals[i])};
-    };
-    if (count >= std::size_t{shard_count} * kShardParallelGrain) {
-      for (std::uint32_t i = 0; i < shard_count; ++i) {
-        if (s.totals[i] == 0) continue;
-        auto [sub, sub_answers] = part(i);
-        if (auto done = ask(state.shards[i], sub, sub_answers); !done) return done;
-      }
-    } else {
-      std::mutex error_mutex;
-      std::optional<Error> first_error;
-      detail::parallel_for_chunks(0, shard_count, 1, [&](std::size_t first, std::size_t last) {
-        for (std::size_t i = first; i < last; ++i) {
-          if (s.totals[i] == 0) continue;
-          auto [sub, sub_answers] = part(static_cast<std::uint32_t>(i));
-          if (auto done = ask(state.shards[i], sub, sub_answers); !done) {
-            const std::lock_guard lock(error_mutex);
-            if (!first_error) first_error = done.error();
-          }
-        }
-      });
-      if (first_error) return std::unexpected(*first_error);
-    }
-
-    // The answers back in input order, each block from its first positions.
-    s.cursors = s.offsets;
-    detail::parallel_for_chunks(0, blocks, 1, [&](std::size_t first, std::size_t last) {
-      for (std::size_t b = first; b < last; ++b) {
-        std::uint32_t* cursor = s.cursors.data() + b * shard_count;
-        const std::size_t end = block_begin(b + 1, blocks, count);
-        for (std::size_t i = block_begin(b, blocks, count); i < end; ++i) {
-          const std::uint16_t shard = s.ids[i];
-          out[i] = s.sorted_answers[s.start[shard] + cursor[shard]++];
-        }
-      }
-    });
+    return {};
   }
+  const std::size_t size =
+      std::clamp<std::size_t>(shards.size() * 1024, kMinQueryBlock, kMaxQueryBlock);
+  const std::size_t blocks = (count + size - 1) / size;
+  if (blocks <= 1) {
+    if (blocks == 0) return {};
+    ScratchLease lease;
+    return block_of(0, size, *lease);
+  }
+  std::mutex error_mutex;
+  std::optional<Error> first_error;
+  detail::parallel_for_chunks(0, blocks, 1, [&](std::size_t first, std::size_t last) {
+    ScratchLease lease;
+    for (std::size_t block = first; block < last; ++block) {
+      if (auto done = block_of(block, size, *lease); !done) {
+        const std::lock_guard lock(error_mutex);
+        if (!first_error) first_error = done.error();
+        return;
+      }
+    }
+  });
+  if (first_error) return std::unexpected(*first_error);
   return {};
 }
 

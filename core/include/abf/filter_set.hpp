@@ -108,11 +108,12 @@ class FilterSet {
   bool might_contain(const Digest& digest) const noexcept;
 
   // One answer per digest, answers[i] for digests[i], identical to asking
-  // each digest's shard alone. The batch is partitioned inside the call: the
-  // digests are counting-sorted by shard (on the arena's threads for large
-  // batches), each shard answers its part in one call of the engine `backend`
-  // chooses for the whole batch, and the answers go back in input order.
-  // Scratch: 35 bytes a digest, in pieces of at most 1 Mi digests, pooled
+  // each digest's shard alone. The batch is partitioned inside the call, in
+  // blocks of 16 Ki digests (S x 1 Ki for more than 16 shards, at most 1 Mi)
+  // spread over the arena's threads: a block's digests are counting-sorted
+  // by shard, each shard answers its part in one call of the engine
+  // `backend` chooses for the whole batch, and the answers go back in input
+  // order. Scratch: 35 bytes a digest of a block, a block per thread, pooled
   // for the next call (release_cached_buffers frees it). `answers` must be
   // at least as long as `digests` (kInvalidArgument); kBackendUnavailable
   // as for Filter::query.
