@@ -91,7 +91,9 @@ int run_merge(const MergeCommandOptions& options) {
     out = json_text(json);
   } else {
     out = "wrote " + (to_stdout ? std::string("<stdout>") : options.output) + ": merged " +
-          std::to_string(filters.size()) + (filters.size() == 1 ? " snapshot, " : " snapshots, ") +
+          std::to_string(filters.size()) +
+          (sets ? (filters.size() == 1 ? " filter set, " : " filter sets, ")
+                : (filters.size() == 1 ? " snapshot, " : " snapshots, ")) +
           with_commas(merged->inserted_item_count()) +
           " digests (the parts' counts summed; a digest in two parts counts twice), " +
           (sets ? set_text(*merged) : filter_text(merged->shard(0))) + "\n";

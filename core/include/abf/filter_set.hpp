@@ -253,7 +253,8 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
 
 // Reads and validates the manifest at `path` alone (no shard is opened).
 // kIo if it cannot be read; a file that is not a manifest is
-// kSetManifestInvalid "not an ABFS manifest". At most 20 MiB is read.
+// kSetManifestInvalid "not an ABFS manifest". At most 18 MiB (65,536 entries
+// with 255-byte names) is read.
 Result<SetManifest> read_set_manifest(const std::filesystem::path& path);
 
 // Where the shard `entry` of the manifest at `manifest_path` is: the
