@@ -9,6 +9,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "abf/filter_set.hpp"
 #include "abf/snapshot.hpp"
 
 namespace abf::server {
@@ -326,7 +327,8 @@ Result<void> Core::reload_tenant(Tenant& tenant, std::string_view trigger, Tenan
   };
   LoadOptions options;
   options.key = tenant.key;
-  auto filter = load_snapshot(tenant.config.snapshot, options);
+  // A plain snapshot, or a filter set's manifest (every shard verified).
+  auto filter = load_filter_set(tenant.config.snapshot, options);
   if (!filter) {
     // The publisher counts its own refusals; a load that never reached it
     // is counted here, on the same counter.

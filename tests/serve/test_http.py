@@ -504,6 +504,39 @@ class Startup(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_filter_set_tenant_answers_exactly_and_reloads(self):
+        # A tenant served from a 4-shard filter set (PROTOCOL.md section 13).
+        manifest = os.path.join(self.dir, "set.abfs")
+        support.run_abf("build", "--from-catalog", self.catalog.db, "--expected-items", 20000,
+                        "--fpp", 0.01, "--shards", 4, "--output", manifest)
+        server = support.Server("--snapshot", manifest, "--db", self.catalog.db)
+        try:
+            items = MEMBERS[:100] + NEW[:400] + MEMBERS[100:200]
+            url = server.url + "/v1/default/find-missing"
+            headers = {"Content-Type": "application/octet-stream"}
+            response = requests.post(url, data=b"".join(items), headers=headers, timeout=10)
+            self.assertEqual(response.status_code, 200, response.text)
+            truth = support.Truth(self.catalog.db)
+            version = int(response.headers["X-Abf-Catalog-Version"])
+            self.assertEqual(response.content, b"".join(truth.missing(items, version)))
+            self.catalog.add(NEW[:50])
+            support.run_abf("build", "--from-catalog", self.catalog.db, "--expected-items", 20000,
+                            "--fpp", 0.01, "--shards", 4, "--output", manifest)
+            server.signal(signal.SIGHUP)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                ready = requests.get(server.url + "/readyz", timeout=10).json()
+                if ready["tenants"]["default"]["catalog_version"] == self.catalog.version:
+                    break
+                time.sleep(0.05)
+            response = requests.post(url, data=b"".join(items), headers=headers, timeout=10)
+            self.assertEqual(int(response.headers["X-Abf-Catalog-Version"]), self.catalog.version)
+            truth = support.Truth(self.catalog.db)
+            self.assertEqual(response.content,
+                             b"".join(truth.missing(items, self.catalog.version)))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_idle_connection_is_closed(self):
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
                                 "--idle-timeout", 1)
