@@ -147,7 +147,10 @@ Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, const std::
   return {};
 }
 
-// The manifest's bytes: a regular file, at most kMaxManifestBytes.
+// The manifest's bytes: a regular file, at most kMaxManifestBytes. A file
+// that does not start with the magic is not read on: its first (at most
+// 128) bytes come back, and the caller, seeing no magic, treats it as what
+// it is.
 Result<std::vector<std::uint8_t>> read_manifest_bytes(const std::filesystem::path& path) {
   const std::string where = path.string();
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
@@ -160,20 +163,26 @@ Result<std::vector<std::uint8_t>> read_manifest_bytes(const std::filesystem::pat
     return fail(ErrorCode::kIo, where + ": not a regular file, so not a filter-set manifest");
   }
   const auto size = static_cast<std::uint64_t>(info.st_size);
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(std::min(size, kMaxManifestBytes)));
+  std::vector<std::uint8_t> bytes(
+      static_cast<std::size_t>(std::min<std::uint64_t>(size, kSetManifestHeaderSize)));
   if (auto ok = read_exact(fd.get(), bytes.data(), bytes.size(), where); !ok) {
     return std::unexpected(ok.error());
   }
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), kManifestMagic, 4) != 0) return bytes;
   if (size > kMaxManifestBytes) {
-    if (std::memcmp(bytes.data(), kManifestMagic, 4) != 0) {
-      return fail(ErrorCode::kSetManifestInvalid,
-                  where + ": not an ABFS filter-set manifest (bad magic)");
-    }
     return fail(ErrorCode::kSetManifestInvalid, where + ": file is " + std::to_string(size) +
                                                     " bytes, more than any manifest can be (" +
                                                     std::to_string(kMaxManifestBytes) + ")");
   }
+  bytes.resize(static_cast<std::size_t>(size));
+  if (auto ok = read_exact(fd.get(), bytes.data(), bytes.size(), where); !ok) {
+    return std::unexpected(ok.error());
+  }
   return bytes;
+}
+
+bool has_manifest_magic(const std::vector<std::uint8_t>& bytes) {
+  return bytes.size() >= 4 && std::memcmp(bytes.data(), kManifestMagic, 4) == 0;
 }
 
 // The manifest's folder, with symbolic links followed: where its shards are.
@@ -404,6 +413,10 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
 Result<SetManifest> read_set_manifest(const std::filesystem::path& path) {
   auto bytes = read_manifest_bytes(path);
   if (!bytes) return std::unexpected(bytes.error());
+  if (!has_manifest_magic(*bytes) && bytes->size() >= 4) {
+    return fail(ErrorCode::kSetManifestInvalid,
+                path.string() + ": not an ABFS filter-set manifest (bad magic)");
+  }
   return parse_set_manifest(*bytes, path.string());
 }
 
@@ -623,6 +636,12 @@ Result<FilterSet> load_filter_set(const std::filesystem::path& path, const LoadO
   for (int attempt = 0; attempt < kMaxLoadAttempts; ++attempt) {
     auto bytes = read_manifest_bytes(path);
     if (!bytes) return std::unexpected(bytes.error());
+    if (!has_manifest_magic(*bytes)) {
+      // Replaced by a plain snapshot since its first bytes were read.
+      auto filter = load_snapshot(path, options);
+      if (!filter) return std::unexpected(filter.error());
+      return FilterSet(std::move(*filter));
+    }
     auto manifest = parse_set_manifest(*bytes, where);
     if (!manifest) return std::unexpected(manifest.error());
     // The key before any shard is read.
