@@ -1,0 +1,362 @@
+"""abf on Dask: filter builds and bulk dedup spread over a cluster.
+
+Nothing here schedules or sends anything itself: the partitions of a Dask
+collection become tasks, Dask runs them where the data is, and Dask's own
+tree reduction (``dask.bag.Bag.reduction``) ORs the partial filters, which
+is exact (PROTOCOL.md section 6), so the result is bit for bit
+``abf.build`` of the same digests in one process, whatever the
+partitioning::
+
+    from distributed import Client
+    import abf, abf.dask
+
+    client = Client("tcp://scheduler:8786")          # or LocalCluster()
+    f = abf.dask.build(bag, expected_items=10**8, fpp=0.01)
+    s = abf.dask.build(bag, 3 * 10**8, 0.01, shards="auto")   # a FilterSet
+    missing = abf.dask.find_missing(candidates, f, "/srv/catalog.db")
+
+Collections: a ``dask.bag.Bag`` whose items are digests (32-byte bytes or
+hex str) or chunks of them (NumPy uint8 arrays of shape (k, 32), or bytes of
+k * 32); a ``dask.array.Array`` of shape (N, 32) and dtype uint8; a
+``dask.dataframe`` Series, or a DataFrame and its ``column``, of 32-byte
+bytes or hex str; or a list of ``dask.delayed`` objects, each a chunk. A
+partition is turned into one (n, 32) array on the worker that holds it
+(an array partition in place).
+
+Filters travel between processes pickled as their snapshot bytes (pickle
+protocol 5, so Dask sends the bitset as one frame, without a further copy);
+each side reads the payload once more for its checksum, which is verified
+on arrival. A keyed filter's pickle carries its key.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+import dask
+import dask.bag as db
+import dask.sizeof
+from dask.delayed import Delayed, delayed
+
+from . import _abf
+from ._errors import DigestError
+
+__all__ = ["build", "find_missing", "partitions"]
+
+_DIGEST = 32
+
+
+# Dask weighs results by sizeof when it places tasks, counts memory and
+# decides what to spill: a filter is its bitset (sys.getsizeof would say a
+# few dozen bytes).
+@dask.sizeof.sizeof.register(_abf.Filter)
+def _sizeof_filter(f: _abf.Filter) -> int:
+    return f.bit_count // 8 + 128
+
+
+@dask.sizeof.sizeof.register(_abf.FilterSet)
+def _sizeof_set(s: _abf.FilterSet) -> int:
+    return s.bit_count // 8 + 128 * s.shard_count
+
+
+def _rows(array: np.ndarray) -> np.ndarray:
+    """An (n, 32) uint8 view of a chunk array (a copy only if it has strides)."""
+    if array.dtype == np.uint8:
+        if array.ndim == 2 and array.shape[1] == _DIGEST:
+            return np.ascontiguousarray(array)
+        if array.ndim == 1 and array.size % _DIGEST == 0:
+            return np.ascontiguousarray(array).reshape(-1, _DIGEST)
+    elif array.dtype.itemsize == _DIGEST and array.dtype.kind in "SV" and array.ndim == 1:
+        return np.ascontiguousarray(array).view(np.uint8).reshape(-1, _DIGEST)
+    elif array.dtype == object:
+        return _digests_of(array.tolist())
+    raise DigestError(
+        f"a chunk array of dtype {array.dtype} and shape {array.shape}; "
+        "expected uint8 of shape (k, 32)",
+        "invalid_digest",
+    )
+
+
+def _hex_digest(text: str) -> bytes:
+    hex_text = text[7:] if text.startswith("sha256:") else text
+    try:
+        if len(hex_text) != 64:
+            raise ValueError
+        return bytes.fromhex(hex_text)
+    except ValueError:
+        raise DigestError(f"{text[:80]!r} is not 64 hex digits", "invalid_digest") from None
+
+
+def _digests_of(part: Any) -> np.ndarray:
+    """One (n, 32) uint8 array of a partition's items."""
+    if isinstance(part, np.ndarray) and part.dtype != object:
+        return _rows(part)
+    if hasattr(part, "to_numpy") and not isinstance(part, np.ndarray):  # pandas
+        part = part.to_numpy()
+        if part.dtype != object:
+            return _rows(part)
+        part = part.tolist()
+    arrays: list[np.ndarray] = []
+    run: list[bytes] = []
+
+    def flush() -> None:
+        if run:
+            arrays.append(np.frombuffer(b"".join(run), np.uint8).reshape(-1, _DIGEST))
+            run.clear()
+
+    for index, item in enumerate(part):
+        if isinstance(item, str):
+            run.append(_hex_digest(item))
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            size = memoryview(item).nbytes
+            if size == 0 or size % _DIGEST:
+                raise DigestError(
+                    f"partition item {index} is {size} bytes, not a multiple of 32",
+                    "invalid_digest",
+                )
+            run.append(bytes(item))
+        elif isinstance(item, np.ndarray):
+            flush()
+            arrays.append(_rows(item))
+        else:
+            raise TypeError(
+                f"partition item {index} is a {type(item).__name__}; expected 32-byte "
+                "bytes, a hex str or a (k, 32) uint8 array"
+            )
+    flush()
+    if not arrays:
+        return np.empty((0, _DIGEST), np.uint8)
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def partitions(collection: Any, column: str | None = None) -> list[Delayed]:
+    """The collection's partitions as Delayed (n, 32) uint8 arrays, in order.
+
+    Each array is made on the worker that computes its partition.
+    """
+    import dask.array as da
+
+    if isinstance(collection, db.Bag):
+        return [delayed(_digests_of, pure=True)(p) for p in collection.to_delayed()]
+    if isinstance(collection, da.Array):
+        array = collection
+        if array.ndim == 2:
+            array = array.rechunk({1: -1})
+            blocks = array.to_delayed()[:, 0]
+        elif array.ndim == 1:
+            blocks = array.to_delayed()
+        else:
+            raise DigestError(
+                f"a dask array of {array.ndim} dimensions; expected (N, 32)", "invalid_digest"
+            )
+        return [delayed(_rows, pure=True)(b) for b in blocks]
+    try:
+        import dask.dataframe as dd
+    except ImportError:  # pragma: no cover - dask without pandas
+        frame_types: tuple[type, ...] = ()
+        series_types: tuple[type, ...] = ()
+    else:
+        frame_types, series_types = (dd.DataFrame,), (dd.Series,)
+    if isinstance(collection, frame_types):
+        if column is None:
+            if len(collection.columns) != 1:
+                raise ValueError(
+                    "a DataFrame of several columns: name the digest column (column=...)"
+                )
+            column = collection.columns[0]
+        collection = collection[column]
+    if isinstance(collection, series_types):
+        return [delayed(_digests_of, pure=True)(p) for p in collection.to_delayed()]
+    if isinstance(collection, (list, tuple)) and all(isinstance(p, Delayed) for p in collection):
+        return [delayed(_digests_of, pure=True)(p) for p in collection]
+    raise TypeError(
+        f"abf.dask takes a dask Bag, Array, DataFrame or Series, or a list of Delayed; "
+        f"not a {type(collection).__name__}"
+    )
+
+
+def _build_partial(digests: np.ndarray, expected_items: int, fpp: float, catalog_version: int,
+                   catalog_id: Any, key: Any, backend: str) -> _abf.Filter:
+    return _abf.build(digests, expected_items, fpp, catalog_version=catalog_version,
+                      catalog_id=catalog_id, key=key, shards=1, backend=backend)
+
+
+def _split_by_shard(digests: np.ndarray, shard_count: int) -> list[np.ndarray]:
+    # A Python function: tasks are pickled by reference, which the
+    # extension's own functions do not allow.
+    return _abf._split_by_shard(digests, shard_count)
+
+
+def _one(value: Any) -> list[Any]:
+    return [value]
+
+
+def _merge_list(filters: Iterable[_abf.Filter]) -> _abf.Filter:
+    filters = list(filters)
+    return filters[0] if len(filters) == 1 else _abf.merge(filters)
+
+
+def _tree_merge(partials: Sequence[Delayed], split_every: int):
+    """Dask's tree reduction of partial filters (split_every inputs a task)."""
+    bag = db.from_delayed([delayed(_one, pure=True)(p) for p in partials])
+    return bag.reduction(_merge_list, _merge_list, split_every=split_every)
+
+
+def _key_argument(key: Any) -> _abf.Key | None:
+    if key is None or isinstance(key, _abf.Key):
+        return key
+    return _abf.Key(key)
+
+
+def build(collection: Any, expected_items: int, fpp: float, catalog_version: int = 0,
+          catalog_id: Any = None, key: Any = None, shards: int | str = 1, *,
+          column: str | None = None, split_every: int = 4,
+          backend: str = "auto") -> _abf.Filter | _abf.FilterSet:
+    """Builds a filter (shards=1) or filter set of the collection's digests on Dask.
+
+    Bit for bit ``abf.build(all_digests, expected_items, fpp, ...)``, whatever
+    the partitioning. Each partition builds its partial filter on the worker
+    that holds it; Dask's tree reduction ORs them, ``split_every`` partials a
+    task (each task holds that many bitsets and its result). For a set
+    (shards > 1, or "auto"), each partition is split by shard on its worker
+    (``shard(d)``, section 13) and each shard has a reduction of its own, so
+    a task holds one shard's bitsets, never the set's; the client receives
+    the S finished shards and joins them (``FilterSet.from_shards``).
+
+    Runs on the current Dask scheduler (a ``distributed.Client`` once one is
+    made). The spec is checked here first (abf.LayoutError); partitions then
+    raise what ``abf.build`` raises for their digests, and the merge
+    abf.CapacityError when there are more than ``expected_items``.
+    """
+    if split_every < 2:
+        raise ValueError("split_every must be at least 2")
+    key = _key_argument(key)
+    # abf.build's own checks (spec, shard count, shard size, catalog id, key)
+    # before any task runs; the empty filter is the answer for no partitions.
+    empty = _abf.build([], expected_items, fpp, catalog_version=catalog_version,
+                       catalog_id=catalog_id, key=key, shards=shards, backend=backend)
+    parts = partitions(collection, column)
+    if not parts:
+        return empty
+    if isinstance(empty, _abf.Filter):
+        del empty
+        partials = [delayed(_build_partial, pure=True)(p, expected_items, fpp, catalog_version,
+                                                       catalog_id, key, backend)
+                    for p in parts]
+        (result,) = dask.compute(_tree_merge(partials, split_every))
+        return result
+    shard_count = empty.shard_count
+    shard_items = empty.shard_expected_item_count
+    del empty
+    per_shard: list[list[Delayed]] = [[] for _ in range(shard_count)]
+    for part in parts:
+        buckets = delayed(_split_by_shard, nout=shard_count, pure=True)(part, shard_count)
+        for s in range(shard_count):
+            per_shard[s].append(delayed(_build_partial, pure=True)(
+                buckets[s], shard_items, fpp, catalog_version, catalog_id, key, backend))
+    shard_filters = dask.compute(*[_tree_merge(p, split_every) for p in per_shard])
+    return _abf.FilterSet.from_shards(list(shard_filters), expected_items)
+
+
+# --- find_missing ---------------------------------------------------------------
+
+_catalogs: dict[str, _abf.Catalog] = {}
+_catalogs_lock = threading.Lock()
+
+
+def _worker_catalog(path: str) -> _abf.Catalog:
+    """The catalog at path, opened read-only once per worker process."""
+    with _catalogs_lock:
+        catalog = _catalogs.get(path)
+        if catalog is None:
+            catalog = _abf.Catalog(path, read_only=True)
+            _catalogs[path] = catalog
+        return catalog
+
+
+def _dedup_partition(digests: np.ndarray, filter: Any, catalog_path: str,
+                     backend: str) -> tuple[np.ndarray, dict]:
+    return _abf.dedup(digests, filter, _worker_catalog(catalog_path), return_counts=True,
+                      backend=backend)
+
+
+def _first_occurrences(digests: np.ndarray) -> np.ndarray:
+    """Each digest once, at its first occurrence, in order."""
+    if len(digests) == 0:
+        return digests.reshape(0, _DIGEST)
+    rows = np.ascontiguousarray(digests).view(np.dtype((np.void, _DIGEST))).ravel()
+    _, first = np.unique(rows, return_index=True)
+    first.sort()
+    return digests[first]
+
+
+_SUMMED = ("total", "present", "negative", "maybe", "false_positives", "exact_lookups")
+
+
+def _default_client():
+    try:
+        from distributed import get_client
+    except ImportError:  # pragma: no cover - dask without distributed
+        return None
+    try:
+        return get_client()
+    except ValueError:
+        return None
+
+
+def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any = None,
+                 column: str | None = None, client: Any = None, return_counts: bool = False,
+                 backend: str = "auto") -> Any:
+    """Bulk dedup on Dask: the candidates not in the catalog, in order, each once.
+
+    The filter (a Filter, a FilterSet, or a path loaded here with ``key``) is
+    scattered to every worker once; each partition is probed on its worker
+    and only its maybes are looked up in the catalog, a SQLite file each
+    worker opens read-only (``catalog``: its path, as the workers see it, or
+    an ``abf.Catalog``, whose path is taken). Answers are exact: the catalog's
+    own, at the filter's catalog version. Returns a (M, 32) uint8 array, and
+    with ``return_counts`` also the summed counts (as ``abf.dedup``'s).
+
+    When the catalog file is also readable here, the filter is checked
+    against it first (abf.CatalogMismatchError before any task runs).
+    """
+    if isinstance(filter_or_set, (_abf.Filter, _abf.FilterSet)):
+        filter = filter_or_set
+    else:
+        filter = _abf.load(filter_or_set, key=key)
+    path = catalog.path if isinstance(catalog, _abf.Catalog) else os.fspath(catalog)
+    if os.path.exists(path):
+        path = os.path.abspath(path)
+        _abf.dedup(np.empty((0, _DIGEST), np.uint8), filter, path)  # the checks, here
+    if client is None:
+        client = _default_client()
+    parts = partitions(candidates, column)
+    shipped = client.scatter(filter, broadcast=True, hash=False) if client is not None else filter
+    tasks = [delayed(_dedup_partition, pure=True)(p, shipped, path, backend) for p in parts]
+    if client is not None:
+        results = client.gather(client.compute(tasks))
+    else:
+        results = dask.compute(*tasks)
+    if results:
+        missing = _first_occurrences(np.concatenate([r[0] for r in results]))
+    else:
+        missing = np.empty((0, _DIGEST), np.uint8)
+    if not return_counts:
+        return missing
+    counts: dict[str, Any] = {"catalog_version": filter.catalog_version, "filter": True}
+    for name in _SUMMED:
+        counts[name] = sum(int(r[1][name]) for r in results)
+    counts["new"] = len(missing)
+    counts["repeats"] = counts["total"] - counts["present"] - counts["new"]
+    counts["exact_lookups_avoided"] = counts["total"] - counts["exact_lookups"]
+    total, negative = counts["total"], counts["negative"]
+    fp, maybe = counts["false_positives"], counts["maybe"]
+    counts["negative_bypass_ratio"] = negative / total if total else 0.0
+    counts["observed_false_positive_rate"] = fp / (negative + fp) if negative + fp else 0.0
+    counts["false_discovery_ratio"] = fp / maybe if maybe else 0.0
+    counts["partitions"] = len(results)
+    return missing, counts

@@ -1,0 +1,432 @@
+// abf.Catalog (the SQLite catalog, service/) and abf.dedup (the bulk dedup
+// job: the filter in front, the catalog asked only about its maybes).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "abf/service/service.hpp"
+#include "abf/service/snapshot_publisher.hpp"
+#include "abf/service/sqlite_catalog.hpp"
+#include "common.hpp"
+
+namespace abf::python {
+
+namespace {
+
+using service::SqliteCatalog;
+
+// A catalog as Python holds it; close() drops the connection.
+struct PyCatalog {
+  std::unique_ptr<SqliteCatalog> catalog;
+  std::filesystem::path path;
+  bool read_only = false;
+
+  SqliteCatalog& get() const {
+    if (!catalog) raise(ErrorCode::kInvalidArgument, "catalog " + path.string() + " is closed");
+    return *catalog;
+  }
+};
+
+struct DigestHash {
+  std::size_t operator()(const Digest& d) const noexcept {
+    // SHA-256 outputs are uniform: any 8 bytes are a good hash.
+    std::uint64_t h = 0;
+    std::memcpy(&h, d.bytes.data() + 8, sizeof h);
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// Appends to `out` each digest i with !present[i], at its first occurrence
+// in `seen` order.
+void append_missing(std::span<const Digest> digests, const bool* present,
+                    std::unordered_set<Digest, DigestHash>& seen, std::vector<Digest>& out) {
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    if (!present[i] && seen.insert(digests[i]).second) out.push_back(digests[i]);
+  }
+}
+
+std::uint64_t version_or_latest(SqliteCatalog& catalog, py::handle version) {
+  if (version.is_none()) return unwrap(catalog.latest_version());
+  return count_from(version, ErrorCode::kInvalidArgument, "version");
+}
+
+py::dict change_dict(const service::CatalogChange& c) {
+  py::dict d;
+  d["version"] = c.version;
+  d["requested"] = c.requested;
+  d["changed"] = c.changed;
+  d["unchanged"] = c.unchanged;
+  return d;
+}
+
+py::dict counts_dict(const service::BatchCounts& c, std::uint64_t written,
+                     std::uint64_t catalog_version, bool filter_used, double seconds) {
+  // The names and meaning of `abf dedup --json`.
+  py::dict d;
+  const std::uint64_t absent = c.total - c.present;
+  d["catalog_version"] = catalog_version;
+  d["filter"] = filter_used;
+  d["total"] = c.total;
+  d["new"] = written;
+  d["repeats"] = absent - written;
+  d["present"] = c.present;
+  d["negative"] = c.negative;
+  d["maybe"] = c.maybe;
+  d["false_positives"] = c.false_positive;
+  d["exact_lookups"] = c.exact_lookups;
+  d["exact_lookups_avoided"] = c.lookups_avoided();
+  d["negative_bypass_ratio"] = c.negative_bypass_ratio();
+  d["observed_false_positive_rate"] = c.observed_false_positive_rate();
+  d["false_discovery_ratio"] = c.false_discovery_ratio();
+  d["seconds"] = seconds;
+  return d;
+}
+
+// Digests absent at `version`, in input order, each once.
+py::array_t<std::uint8_t> find_missing(const PyCatalog& c, py::handle digests, py::handle version) {
+  SqliteCatalog& catalog = c.get();
+  DigestInput input = digests_from(digests);
+  std::vector<Digest> missing;
+  Result<void> done;
+  const std::uint64_t at = version_or_latest(catalog, version);
+  {
+    py::gil_scoped_release release;
+    done = [&]() -> Result<void> {
+      std::unordered_set<Digest, DigestHash> seen;
+      constexpr std::size_t kBatch = std::size_t{1} << 20;
+      const auto span = input.span();
+      std::unique_ptr<bool[]> present(new bool[std::min(span.size(), kBatch) + 1]);
+      for (std::size_t start = 0; start < span.size(); start += kBatch) {
+        const auto batch = span.subspan(start, std::min(kBatch, span.size() - start));
+        if (auto looked = catalog.exists_at_version(batch, at, {present.get(), batch.size()});
+            !looked) {
+          return looked;
+        }
+        append_missing(batch, present.get(), seen, missing);
+      }
+      return {};
+    }();
+  }
+  unwrap(std::move(done));
+  return digest_array(missing);
+}
+
+py::array_t<bool> contains(const PyCatalog& c, py::handle digests, py::handle version) {
+  SqliteCatalog& catalog = c.get();
+  DigestInput input = digests_from(digests);
+  const std::uint64_t at = version_or_latest(catalog, version);
+  py::array_t<bool> out(static_cast<py::ssize_t>(input.size()));
+  bool* data = out.mutable_data();
+  Result<void> done;
+  {
+    py::gil_scoped_release release;
+    done = catalog.exists_at_version(input.span(), at, {data, input.size()});
+  }
+  unwrap(std::move(done));
+  return out;
+}
+
+py::array_t<std::uint8_t> all_digests(const PyCatalog& c, py::handle version) {
+  SqliteCatalog& catalog = c.get();
+  const std::uint64_t at = version_or_latest(catalog, version);
+  std::vector<Digest> digests;
+  Result<void> done;
+  {
+    py::gil_scoped_release release;
+    done =
+        catalog.for_each_digest_at_version(at, [&](std::span<const Digest> chunk) -> Result<void> {
+          digests.insert(digests.end(), chunk.begin(), chunk.end());
+          return {};
+        });
+  }
+  unwrap(std::move(done));
+  return digest_array(digests);
+}
+
+py::object catalog_build(const PyCatalog& c, py::handle expected_items, double fpp,
+                         py::handle version, py::handle key, py::handle shards,
+                         const std::string& backend) {
+  SqliteCatalog& catalog = c.get();
+  const Backend engine = backend_from(backend);
+  const std::uint64_t n =
+      count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items");
+  const BloomSpec spec{n, fpp};
+  std::optional<Key> k = key_from(key);
+  const std::uint64_t at = version_or_latest(catalog, version);
+  std::uint32_t shard_count = 1;
+  bool as_set = true;
+  if (PyUnicode_Check(shards.ptr())) {
+    if (shards.cast<std::string>() != "auto") {
+      throw py::value_error("shards must be an int in 1..65536 or \"auto\"");
+    }
+    shard_count = unwrap(choose_shard_count(spec));
+  } else {
+    const std::uint64_t count = count_from(shards, ErrorCode::kInvalidArgument, "shards");
+    if (count < 1 || count > kMaxShardCount) {
+      raise(ErrorCode::kInvalidArgument,
+            "shards " + std::to_string(count) + " is outside 1.." + std::to_string(kMaxShardCount));
+    }
+    shard_count = static_cast<std::uint32_t>(count);
+    as_set = shard_count != 1;
+  }
+  if (!as_set) {
+    Result<Filter> filter = [&] {
+      py::gil_scoped_release release;
+      return service::build_filter_from_catalog(catalog, at, spec, k, engine);
+    }();
+    return py::cast(PyFilter{unwrap(std::move(filter)), std::move(k)});
+  }
+  Result<FilterSet> set = [&] {
+    py::gil_scoped_release release;
+    return service::build_filter_set_from_catalog(catalog, at, spec, shard_count, k, engine);
+  }();
+  return py::cast(PyFilterSet{unwrap(std::move(set)), std::move(k)});
+}
+
+// The filter argument of dedup: a Filter, a FilterSet or a path.
+FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded) {
+  if (!py::isinstance<PyFilter>(filter) && !py::isinstance<PyFilterSet>(filter)) {
+    loaded = py::module_::import("abf._abf").attr("load")(filter, key);
+    filter = loaded;
+  }
+  if (py::isinstance<PyFilter>(filter)) return FilterSet(filter.cast<const PyFilter&>().filter);
+  return filter.cast<const PyFilterSet&>().set;
+}
+
+py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, py::handle key,
+                 bool use_filter, bool return_counts, const std::string& backend,
+                 std::size_t batch_size) {
+  const Backend engine = backend_from(backend);
+  if (batch_size == 0) raise(ErrorCode::kInvalidArgument, "batch_size must be at least 1");
+  py::object loaded;
+  FilterSet set = filter_set_from(filter, key, loaded);
+  std::string source = "<memory>";
+  if (loaded) source = path_from(filter).string();
+  // The catalog argument: an abf.Catalog, or a path opened read-only here.
+  py::object opened;
+  if (!py::isinstance<PyCatalog>(catalog_arg)) {
+    service::CatalogOpenOptions options;
+    options.read_only = true;
+    const auto path = path_from(catalog_arg);
+    Result<SqliteCatalog> c = [&] {
+      py::gil_scoped_release release;
+      return SqliteCatalog::open(path, options);
+    }();
+    opened = py::cast(PyCatalog{std::make_unique<SqliteCatalog>(unwrap(std::move(c))), path, true});
+    catalog_arg = opened;
+  }
+  SqliteCatalog& catalog = catalog_arg.cast<const PyCatalog&>().get();
+  DigestInput input = digests_from(digests);
+
+  std::vector<Digest> missing;
+  service::BatchCounts counts;
+  double seconds = 0;
+  const std::uint64_t version = set.catalog_version();
+  Result<void> done;
+  {
+    py::gil_scoped_release release;
+    done = [&]() -> Result<void> {
+      const auto start = std::chrono::steady_clock::now();
+      // Bound to the catalog: a snapshot of another catalog, or of none, is
+      // refused (kCatalogMismatch) before any digest is looked at.
+      const auto binding = catalog.catalog_binding();
+      service::SnapshotPublisher publisher(nullptr, binding->id, binding->name);
+      auto snapshot = publisher.publish(set, source);
+      if (!snapshot) return std::unexpected(snapshot.error());
+      auto latest = catalog.latest_version();
+      if (!latest) return std::unexpected(latest.error());
+      if (version > *latest) {
+        return fail(ErrorCode::kInvalidArgument,
+                    "snapshot " + source + " is of catalog version " + std::to_string(version) +
+                        ", but catalog " + catalog.path().string() + " only reaches version " +
+                        std::to_string(*latest) + " (a damaged or restored catalog?)");
+      }
+      service::ServiceOptions options;
+      options.use_filter = use_filter;
+      options.backend = engine;
+      const service::ArtifactExistenceService service(publisher, catalog, nullptr, options);
+      std::unordered_set<Digest, DigestHash> seen;
+      const auto span = input.span();
+      const std::size_t batch = std::min(batch_size, std::max<std::size_t>(span.size(), 1));
+      std::unique_ptr<bool[]> present(new bool[batch]);
+      for (std::size_t at = 0; at < span.size(); at += batch) {
+        const auto part = span.subspan(at, std::min(batch, span.size() - at));
+        auto c = service.exists_batch(part, {present.get(), part.size()}, **snapshot);
+        if (!c) return std::unexpected(c.error());
+        counts += *c;
+        append_missing(part, present.get(), seen, missing);
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return {};
+    }();
+  }
+  unwrap(std::move(done));
+  py::array_t<std::uint8_t> out = digest_array(missing);
+  if (!return_counts) return out;
+  return py::make_tuple(out, counts_dict(counts, missing.size(), version, use_filter, seconds));
+}
+
+}  // namespace
+
+void init_catalog(py::module_& m) {
+  py::class_<PyCatalog>(m, "Catalog", R"doc(
+The exact store: a SQLite catalog of digests, version by version (each add
+or remove is one new version; nothing is ever deleted). Calls release the
+GIL and are serialized on one connection; abf.CatalogStoreError carries
+SQLite's message. Use as a context manager, or close().
+)doc")
+      .def(py::init([](py::handle path, bool read_only) {
+             const auto p = path_from(path);
+             service::CatalogOpenOptions options;
+             options.read_only = read_only;
+             Result<SqliteCatalog> c = [&] {
+               py::gil_scoped_release release;
+               return SqliteCatalog::open(p, options);
+             }();
+             return PyCatalog{std::make_unique<SqliteCatalog>(unwrap(std::move(c))), p, read_only};
+           }),
+           py::arg("path"), py::arg("read_only") = false,
+           "Opens an existing catalog (abf.Catalog.create makes a new one).")
+      .def_static(
+          "create",
+          [](py::handle path) {
+            const auto p = path_from(path);
+            Result<SqliteCatalog> c = [&] {
+              py::gil_scoped_release release;
+              return SqliteCatalog::create(p);
+            }();
+            return PyCatalog{std::make_unique<SqliteCatalog>(unwrap(std::move(c))), p, false};
+          },
+          py::arg("path"),
+          "Creates a new, empty catalog (version 0, a new random id); never over an existing "
+          "file.")
+      .def(
+          "add",
+          [](const PyCatalog& c, py::handle digests) {
+            SqliteCatalog& catalog = c.get();
+            DigestInput input = digests_from(digests);
+            Result<service::CatalogChange> change = [&] {
+              py::gil_scoped_release release;
+              return catalog.add(input.span());
+            }();
+            return change_dict(unwrap(std::move(change)));
+          },
+          py::arg("digests"), R"doc(
+Adds digests as one new catalog version, in one transaction; those already
+present are counted unchanged. Returns {version, requested, changed,
+unchanged}.
+)doc")
+      .def(
+          "remove",
+          [](const PyCatalog& c, py::handle digests) {
+            SqliteCatalog& catalog = c.get();
+            DigestInput input = digests_from(digests);
+            Result<service::CatalogChange> change = [&] {
+              py::gil_scoped_release release;
+              return catalog.remove(input.span());
+            }();
+            return change_dict(unwrap(std::move(change)));
+          },
+          py::arg("digests"),
+          "Removes digests as one new catalog version (their rows are closed, not deleted).")
+      .def_property_readonly(
+          "version",
+          [](const PyCatalog& c) {
+            SqliteCatalog& catalog = c.get();
+            py::gil_scoped_release release;
+            return unwrap(catalog.latest_version());
+          },
+          "The latest catalog version.")
+      .def_property_readonly(
+          "id",
+          [](const PyCatalog& c) -> py::object {
+            const auto& id = c.get().catalog_id();
+            if (!id) return py::none();
+            return py::str(id->hex());
+          },
+          "The catalog id (32 hex digits) its snapshots carry; None only for an old catalog "
+          "opened read-only.")
+      .def_property_readonly(
+          "path", [](const PyCatalog& c) { return c.path.string(); }, "The database file.")
+      .def_property_readonly(
+          "read_only", [](const PyCatalog& c) { return c.read_only; },
+          "Whether it was opened read-only (add and remove then fail).")
+      .def("find_missing", &find_missing, py::arg("digests"), py::arg("version") = py::none(),
+           R"doc(
+The digests not in the catalog at version (default: the latest), exactly
+(every digest looked up; no filter): a uint8 array (M, 32), in input order,
+each once.
+)doc")
+      .def("contains", &contains, py::arg("digests"), py::arg("version") = py::none(),
+           "Exact membership at version (default: the latest): a bool array.")
+      .def(
+          "count",
+          [](const PyCatalog& c, py::handle version) {
+            SqliteCatalog& catalog = c.get();
+            const std::uint64_t at = version_or_latest(catalog, version);
+            py::gil_scoped_release release;
+            return unwrap(catalog.count_at_version(at));
+          },
+          py::arg("version") = py::none(), "Digests present at version (default: the latest).")
+      .def("digests", &all_digests, py::arg("version") = py::none(),
+           "Every digest present at version (default: the latest), ascending: (N, 32) uint8.")
+      .def("build_filter", &catalog_build, py::arg("expected_items"), py::arg("fpp"),
+           py::arg("version") = py::none(), py::arg("key") = py::none(), py::arg("shards") = 1,
+           py::arg("backend") = "auto", R"doc(
+The filter of the catalog at version (default: the latest), carrying that
+version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
+(or for "auto"), as abf.build.
+)doc")
+      .def(
+          "stats",
+          [](const PyCatalog& c) {
+            SqliteCatalog& catalog = c.get();
+            Result<service::CatalogStats> s = [&] {
+              py::gil_scoped_release release;
+              return catalog.stats();
+            }();
+            const auto stats = unwrap(std::move(s));
+            py::dict d;
+            d["schema_version"] = stats.schema_version;
+            d["catalog_id"] = stats.catalog_id ? py::object(py::str(stats.catalog_id->hex()))
+                                               : py::object(py::none());
+            d["latest_version"] = stats.latest_version;
+            d["version_count"] = stats.version_count;
+            d["live_artifacts"] = stats.live_artifacts;
+            d["artifact_rows"] = stats.artifact_rows;
+            d["removed_rows"] = stats.removed_rows;
+            d["file_bytes"] = stats.file_bytes;
+            return d;
+          },
+          "Catalog-wide counts, as `abf catalog stats --json`.")
+      .def(
+          "close", [](PyCatalog& c) { c.catalog.reset(); }, "Closes the connection.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyCatalog& c, py::args) { c.catalog.reset(); })
+      .def("__repr__", [](const PyCatalog& c) {
+        return "<abf.Catalog " + c.path.string() + (c.catalog ? "" : " (closed)") + ">";
+      });
+
+  m.def("dedup", &dedup, py::arg("digests"), py::arg("filter"), py::arg("catalog"),
+        py::arg("key") = py::none(), py::arg("use_filter") = true, py::arg("return_counts") = false,
+        py::arg("backend") = "auto", py::arg("batch_size") = 1 << 20, R"doc(
+Bulk dedup: the digests not in the catalog at the filter's catalog version,
+in input order, each once, as a uint8 array (M, 32). The filter proves most
+of them absent; only its maybes are looked up in the catalog, so the answer
+always equals the catalog's.
+
+filter: a Filter, a FilterSet or a path (loaded with key). catalog: an
+abf.Catalog or a path (opened read-only). The filter must be of this
+catalog (its catalog_id), else abf.CatalogMismatchError. use_filter=False
+looks every digest up (the baseline). return_counts=True returns (missing,
+counts), counts as `abf dedup --json`: total = new + repeats + present,
+negative, maybe, false_positives, exact_lookups, ... The GIL is released.
+)doc");
+}
+
+}  // namespace abf::python

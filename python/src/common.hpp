@@ -1,0 +1,125 @@
+// What the binding's translation units share: the exception that carries an
+// abf::Error into Python, the conversions of digests, keys and paths, and
+// the Python-side wrappers of filters and filter sets.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "abf/abf.hpp"
+
+namespace abf::python {
+
+namespace py = pybind11;
+
+// An abf::Error on its way to Python: the translator (module.cpp) raises it
+// as the abf.Error subclass of its code (abf/_errors.py), with .code the
+// snake_case code name and .message the library's message.
+class LibraryError : public std::exception {
+ public:
+  explicit LibraryError(Error error) : error_(std::move(error)) {}
+  const Error& error() const noexcept { return error_; }
+  const char* what() const noexcept override { return error_.message.c_str(); }
+
+ private:
+  Error error_;
+};
+
+[[noreturn]] inline void raise(ErrorCode code, std::string message) {
+  throw LibraryError(Error{code, std::move(message)});
+}
+
+template <class T>
+T unwrap(Result<T>&& result) {
+  if (!result) throw LibraryError(std::move(result).error());
+  return std::move(*result);
+}
+inline void unwrap(Result<void>&& result) {
+  if (!result) throw LibraryError(std::move(result).error());
+}
+
+// Digests from Python, as one contiguous span: a C-contiguous NumPy array
+// (uint8 of shape (N, 32) or (N * 32,), or N items of a 32-byte dtype such
+// as "S32" or "V32") and any C-contiguous buffer (bytes, bytearray,
+// memoryview, mmap) of N * 32 bytes are used in place, without a copy; a
+// non-contiguous array is copied once (numpy.ascontiguousarray); any other
+// iterable is read item by item (each a 32-byte bytes-like object, or a str
+// of 64 hex digits, optionally "sha256:"-prefixed) into a vector. Holds what
+// keeps the memory alive; destroy it with the GIL held.
+class DigestInput {
+ public:
+  DigestInput() = default;
+  DigestInput(DigestInput&&) = default;
+  DigestInput& operator=(DigestInput&&) = default;
+  ~DigestInput();
+
+  std::span<const Digest> span() const noexcept { return span_; }
+  std::size_t size() const noexcept { return span_.size(); }
+  // The address the library reads (for the zero-copy test).
+  std::uintptr_t address() const noexcept { return reinterpret_cast<std::uintptr_t>(span_.data()); }
+
+  friend DigestInput digests_from(py::handle object, const char* what);
+
+ private:
+  std::span<const Digest> span_;
+  py::object owner_;  // an array kept alive (the caller's, or a contiguous copy)
+  std::optional<Py_buffer> view_;
+  std::vector<Digest> copy_;
+};
+
+// `what` names the argument in messages ("digests"). Errors: TypeError for
+// an object that is no digests at all; abf.DigestError (invalid_digest) for
+// a wrong length or shape, or a malformed hex item, naming the item.
+DigestInput digests_from(py::handle object, const char* what = "digests");
+
+// A NumPy uint8 array of shape (N, 32) holding a copy of `digests`.
+py::array_t<std::uint8_t> digest_array(std::span<const Digest> digests);
+
+// A key argument: None, an abf.Key, or 16 bytes (bytes, bytearray,
+// memoryview). abf.FilterKeyError (invalid_key) for another length; a str
+// is a TypeError that points at abf.read_key_file.
+std::optional<Key> key_from(py::handle object);
+
+// A catalog id argument: None (zero), 16 bytes or 32 hex digits.
+CatalogId catalog_id_from(py::handle object);
+// None for the zero id, else 32 hex digits.
+py::object catalog_id_object(const CatalogId& id);
+
+// A backend name ("auto", "scalar", "simd", "cuda").
+Backend backend_from(const std::string& name);
+
+// A non-negative int argument (not a bool): TypeError for another type,
+// `code` with "<what> <value> is out of range" for a negative or too large one.
+std::uint64_t count_from(py::handle object, ErrorCode code, const char* what);
+
+// A path argument: str or os.PathLike.
+std::filesystem::path path_from(py::handle object);
+
+// A filter as Python holds it: the library's filter, and the key it was
+// built or loaded with, kept for pickling (a snapshot never carries it).
+struct PyFilter {
+  Filter filter;
+  std::optional<Key> key;
+};
+
+// A filter set likewise.
+struct PyFilterSet {
+  FilterSet set;
+  std::optional<Key> key;
+};
+
+// Registers Filter, FilterSet, Key and the module functions on filters
+// (filters.cpp); Catalog and dedup (catalog.cpp).
+void init_filters(py::module_& m);
+void init_catalog(py::module_& m);
+
+}  // namespace abf::python

@@ -1,0 +1,224 @@
+// Digests, keys, catalog ids, backends and paths from Python objects.
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "common.hpp"
+
+namespace abf::python {
+
+namespace {
+
+[[noreturn]] void invalid_digest(std::string message) {
+  raise(ErrorCode::kInvalidDigest, std::move(message));
+}
+
+std::string type_name(py::handle object) {
+  return py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>();
+}
+
+// One item of an iterable: 32 bytes, or 64 hex digits with an optional
+// "sha256:" prefix.
+Digest digest_item(py::handle item, std::size_t index, const char* what) {
+  if (PyUnicode_Check(item.ptr())) {
+    Py_ssize_t length = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(item.ptr(), &length);
+    if (text == nullptr) throw py::error_already_set();
+    std::string_view hex(text, static_cast<std::size_t>(length));
+    if (hex.starts_with("sha256:")) hex.remove_prefix(7);
+    auto digest = parse_hex_digest(hex);
+    if (!digest) {
+      invalid_digest(std::string(what) + " item " + std::to_string(index) + ": " +
+                     digest.error().message);
+    }
+    return *digest;
+  }
+  if (!PyObject_CheckBuffer(item.ptr())) {
+    throw py::type_error(std::string(what) + " item " + std::to_string(index) + " is a " +
+                         type_name(item) + ", not 32 bytes or a hex str");
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
+  Digest digest;
+  const auto length = static_cast<std::size_t>(view.len);
+  if (length == Digest::kSize) std::memcpy(digest.bytes.data(), view.buf, Digest::kSize);
+  PyBuffer_Release(&view);
+  if (length != Digest::kSize) {
+    invalid_digest(std::string(what) + " item " + std::to_string(index) + " is " +
+                   std::to_string(length) + " bytes, not 32");
+  }
+  return digest;
+}
+
+}  // namespace
+
+DigestInput::~DigestInput() {
+  if (view_) PyBuffer_Release(&*view_);
+}
+
+DigestInput digests_from(py::handle object, const char* what) {
+  DigestInput input;
+  if (object.is_none()) throw py::type_error(std::string(what) + " is None");
+  if (PyUnicode_Check(object.ptr())) {
+    throw py::type_error(std::string(what) +
+                         " is a str; give a sequence of digests (a str is one hex digest: "
+                         "wrap it in a list)");
+  }
+  if (py::isinstance<py::array>(object)) {
+    auto array = py::reinterpret_borrow<py::array>(object);
+    const py::dtype dtype = array.dtype();
+    const char kind = dtype.kind();
+    const auto itemsize = static_cast<std::size_t>(dtype.itemsize());
+    std::size_t count = 0;
+    if (itemsize == 1 && kind == 'u') {
+      if (array.ndim() == 2 && array.shape(1) == static_cast<py::ssize_t>(Digest::kSize)) {
+        count = static_cast<std::size_t>(array.shape(0));
+      } else if (array.ndim() == 1 && array.shape(0) % Digest::kSize == 0) {
+        count = static_cast<std::size_t>(array.shape(0)) / Digest::kSize;
+      } else {
+        std::string shape;
+        for (py::ssize_t i = 0; i < array.ndim(); ++i) {
+          if (i > 0) shape += ", ";
+          shape += std::to_string(array.shape(i));
+        }
+        invalid_digest(std::string(what) + ": a uint8 array of shape (" + shape +
+                       "); digests are rows of 32 bytes: shape (N, 32), or (N * 32,)");
+      }
+    } else if (itemsize == Digest::kSize && (kind == 'S' || kind == 'V') && array.ndim() == 1) {
+      count = static_cast<std::size_t>(array.shape(0));
+    } else {
+      throw py::type_error(std::string(what) + ": an array of dtype " +
+                           py::str(py::handle(dtype)).cast<std::string>() + " and " +
+                           std::to_string(array.ndim()) +
+                           " dimensions; expected uint8 of shape (N, 32) (or 1-D S32/V32)");
+    }
+    if (!(array.flags() & py::array::c_style)) {
+      // One copy, for a view with strides (a slice a[::2], a transpose).
+      array = py::module_::import("numpy").attr("ascontiguousarray")(array);
+    }
+    input.span_ = {reinterpret_cast<const Digest*>(array.data()), count};
+    input.owner_ = std::move(array);
+    return input;
+  }
+  if (PyObject_CheckBuffer(object.ptr())) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(object.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+      throw py::error_already_set();
+    }
+    input.view_ = view;
+    const auto length = static_cast<std::size_t>(view.len);
+    if (length % Digest::kSize != 0) {
+      invalid_digest(std::string(what) + ": " + std::to_string(length) +
+                     " bytes is not a whole number of 32-byte digests (a partial record at byte "
+                     "offset " +
+                     std::to_string(length - length % Digest::kSize) + ")");
+    }
+    input.span_ = {static_cast<const Digest*>(view.buf), length / Digest::kSize};
+    return input;
+  }
+  PyObject* iterator = PyObject_GetIter(object.ptr());
+  if (iterator == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string(what) + " is a " + type_name(object) +
+                         "; expected a uint8 array of shape (N, 32), N * 32 bytes, or an "
+                         "iterable of 32-byte bytes");
+  }
+  auto iter = py::reinterpret_steal<py::iterator>(iterator);
+  const Py_ssize_t hint = PyObject_LengthHint(object.ptr(), 0);
+  if (hint < 0) {
+    PyErr_Clear();
+  } else {
+    input.copy_.reserve(static_cast<std::size_t>(hint));
+  }
+  std::size_t index = 0;
+  for (py::handle item : iter) {
+    input.copy_.push_back(digest_item(item, index++, what));
+  }
+  input.span_ = input.copy_;
+  return input;
+}
+
+py::array_t<std::uint8_t> digest_array(std::span<const Digest> digests) {
+  py::array_t<std::uint8_t> array(
+      {static_cast<py::ssize_t>(digests.size()), static_cast<py::ssize_t>(Digest::kSize)});
+  if (!digests.empty()) {
+    std::memcpy(array.mutable_data(), digests.data(), digests.size() * Digest::kSize);
+  }
+  return array;
+}
+
+std::optional<Key> key_from(py::handle object) {
+  if (object.is_none()) return std::nullopt;
+  if (py::isinstance<Key>(object)) return object.cast<const Key&>();
+  if (PyUnicode_Check(object.ptr())) {
+    throw py::type_error(
+        "key: a str is neither a key nor a key file; read a key file with "
+        "abf.read_key_file(path), or give the 16 key bytes");
+  }
+  if (!PyObject_CheckBuffer(object.ptr())) {
+    throw py::type_error("key is a " + type_name(object) + "; expected an abf.Key or 16 bytes");
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(object.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+    throw py::error_already_set();
+  }
+  const auto length = static_cast<std::size_t>(view.len);
+  std::array<std::uint8_t, Key::kSize> bytes{};
+  if (length == Key::kSize) std::memcpy(bytes.data(), view.buf, Key::kSize);
+  PyBuffer_Release(&view);
+  if (length != Key::kSize) {
+    raise(ErrorCode::kInvalidKey, "a key is 16 bytes, not " + std::to_string(length));
+  }
+  Key key = Key::from_bytes(bytes);
+  std::memset(bytes.data(), 0, bytes.size());
+  return key;
+}
+
+CatalogId catalog_id_from(py::handle object) {
+  if (object.is_none()) return CatalogId{};
+  if (PyUnicode_Check(object.ptr())) {
+    return unwrap(CatalogId::parse_hex(object.cast<std::string>()));
+  }
+  if (PyObject_CheckBuffer(object.ptr())) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(object).request();
+    const auto length = static_cast<std::size_t>(info.size * info.itemsize);
+    if (length != 16) {
+      raise(ErrorCode::kInvalidArgument,
+            "a catalog id is 16 bytes (or 32 hex digits), not " + std::to_string(length));
+    }
+    CatalogId id;
+    std::memcpy(id.bytes.data(), info.ptr, 16);
+    return id;
+  }
+  throw py::type_error("catalog_id is a " + type_name(object) +
+                       "; expected None, 16 bytes or 32 hex digits");
+}
+
+py::object catalog_id_object(const CatalogId& id) {
+  if (id.is_zero()) return py::none();
+  return py::str(id.hex());
+}
+
+std::uint64_t count_from(py::handle object, ErrorCode code, const char* what) {
+  if (!PyIndex_Check(object.ptr()) || PyBool_Check(object.ptr())) {
+    throw py::type_error(std::string(what) + " must be an int, not " + type_name(object));
+  }
+  auto number = py::reinterpret_steal<py::object>(PyNumber_Index(object.ptr()));
+  if (!number) throw py::error_already_set();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (overflow != 0 || value < 0) {
+    raise(code, std::string(what) + " " + py::str(object).cast<std::string>() + " is out of range");
+  }
+  return static_cast<std::uint64_t>(value);
+}
+
+Backend backend_from(const std::string& name) { return unwrap(parse_backend(name)); }
+
+std::filesystem::path path_from(py::handle object) {
+  py::object path = py::module_::import("os").attr("fspath")(object);
+  if (PyBytes_Check(path.ptr())) return std::filesystem::path(path.cast<std::string>());
+  return std::filesystem::path(path.cast<std::string>());
+}
+
+}  // namespace abf::python

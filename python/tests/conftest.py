@@ -1,0 +1,49 @@
+"""Shared fixtures: the golden vectors, the abf command, digest makers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+DATA = pathlib.Path(os.environ.get("ABF_TEST_DATA", HERE.parent.parent / "tests" / "data"))
+
+
+def sha256_rows(texts) -> np.ndarray:
+    """SHA-256 of each text, as an (N, 32) uint8 array."""
+    joined = b"".join(hashlib.sha256(t.encode()).digest() for t in texts)
+    return np.frombuffer(joined, np.uint8).reshape(-1, 32).copy()
+
+
+def members(count: int, start: int = 0) -> np.ndarray:
+    """SHA-256("member:<i>"), the golden vectors' members."""
+    return sha256_rows(f"member:{i}" for i in range(start, start + count))
+
+
+def non_members(count: int) -> np.ndarray:
+    """SHA-256("non-member:<i>"), the golden vectors' probes."""
+    return sha256_rows(f"non-member:{i}" for i in range(count))
+
+
+def random_digests(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (count, 32), dtype=np.uint8)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+    if not (DATA / "vectors" / "builds.tsv").exists():
+        pytest.fail(f"golden vectors not found under {DATA} (set ABF_TEST_DATA)")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def abf_cli() -> str:
+    cli = os.environ.get("ABF_CLI") or shutil.which("abf")
+    if not cli or not os.path.exists(cli):
+        pytest.skip("the abf command is not built (ABF_CLI)")
+    return cli

@@ -1,0 +1,126 @@
+"""abf.Catalog and abf.dedup, checked against SQLite itself (the sqlite3
+module reading the catalog's tables directly)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+
+import numpy as np
+import pytest
+
+import abf
+from conftest import random_digests
+
+
+def present_in_sqlite(path, version: int) -> set[bytes]:
+    """The digests present at version, by the schema's own rule."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT digest FROM artifacts WHERE added_version <= ? "
+            "AND (removed_version IS NULL OR removed_version > ?)", (version, version))
+        return {bytes(row[0]) for row in rows}
+
+
+def missing_reference(candidates: np.ndarray, present: set[bytes]) -> np.ndarray:
+    """The candidates not present, in input order, each once."""
+    seen = set()
+    out = []
+    for row in candidates:
+        digest = bytes(row)
+        if digest not in present and digest not in seen:
+            seen.add(digest)
+            out.append(row)
+    return np.array(out, np.uint8).reshape(-1, 32)
+
+
+@pytest.fixture()
+def catalog(tmp_path):
+    c = abf.Catalog.create(tmp_path / "c.db")
+    yield c
+    c.close()
+
+
+def test_add_remove_versions_and_find_missing(catalog, tmp_path):
+    a = random_digests(5000, seed=20)
+    b = random_digests(3000, seed=21)
+    assert catalog.version == 0 and len(catalog.id) == 32
+    change = catalog.add(a)
+    assert change == {"version": 1, "requested": 5000, "changed": 5000, "unchanged": 0}
+    change = catalog.add(np.concatenate([a[:100], b]))
+    assert change["version"] == 2 and change["changed"] == 3000 and change["unchanged"] == 100
+    change = catalog.remove(a[:1000])
+    assert change["version"] == 3 and change["changed"] == 1000
+    assert catalog.version == 3 and catalog.count() == 7000 and catalog.count(version=1) == 5000
+    assert catalog.stats()["latest_version"] == 3
+    candidates = np.concatenate([a[500:1500], random_digests(2000, seed=22), b[:10], a[:600]])
+    for version in (0, 1, 2, 3):
+        present = present_in_sqlite(tmp_path / "c.db", version)
+        assert {bytes(r) for r in catalog.digests(version=version)} == present
+        assert np.array_equal(catalog.find_missing(candidates, version=version),
+                              missing_reference(candidates, present))
+        assert np.array_equal(catalog.contains(candidates, version=version),
+                              np.array([bytes(r) in present for r in candidates]))
+    with abf.Catalog(tmp_path / "c.db", read_only=True) as ro:
+        assert ro.version == 3 and ro.id == catalog.id
+        with pytest.raises(abf.CatalogStoreError) as e:
+            ro.add(a[:1])
+        assert e.value.code == "catalog_error"
+    with pytest.raises(abf.CatalogStoreError):
+        abf.Catalog(tmp_path / "none.db")
+    with pytest.raises(abf.CatalogStoreError):
+        abf.Catalog.create(tmp_path / "c.db")  # never over an existing catalog
+
+
+def test_dedup_equals_sqlite(catalog, tmp_path):
+    stored = random_digests(20_000, seed=23)
+    catalog.add(stored)
+    catalog.remove(stored[:2000])
+    version = catalog.version
+    fresh = random_digests(30_000, seed=24)
+    # New digests, stored ones, removed ones, and repeats of each.
+    candidates = np.concatenate([fresh, stored[1000:5000], fresh[:3000], stored[:500]])
+    np.random.default_rng(25).shuffle(candidates)
+    expected = missing_reference(candidates, present_in_sqlite(tmp_path / "c.db", version))
+    for shards in (1, 3):
+        f = catalog.build_filter(20_000, 0.01, shards=shards)
+        assert f.catalog_id == catalog.id and f.catalog_version == version
+        missing, counts = abf.dedup(candidates, f, catalog, return_counts=True)
+        assert np.array_equal(missing, expected)
+        assert counts["total"] == len(candidates) and counts["new"] == len(expected)
+        assert counts["total"] == counts["new"] + counts["repeats"] + counts["present"]
+        assert counts["exact_lookups"] == counts["maybe"] < counts["total"] / 2
+        assert np.array_equal(abf.dedup(candidates, f, catalog, use_filter=False), expected)
+        # Paths for both: the filter loaded, the catalog opened read-only.
+        path = tmp_path / ("f.abf" if shards == 1 else "f.abfs")
+        f.save(path)
+        assert np.array_equal(abf.dedup(candidates, path, tmp_path / "c.db"), expected)
+
+
+def test_dedup_refuses_a_filter_of_another_catalog(catalog, tmp_path):
+    d = random_digests(100, seed=26)
+    catalog.add(d)
+    other = abf.Catalog.create(tmp_path / "other.db")
+    other.add(d)
+    for f in (other.build_filter(100, 0.01), abf.build(d, 100, 0.01, catalog_version=1)):
+        with pytest.raises(abf.CatalogMismatchError) as e:
+            abf.dedup(d, f, catalog)
+        assert e.value.code == "catalog_mismatch"
+    ahead = abf.build(d, 100, 0.01, catalog_version=5, catalog_id=catalog.id)
+    with pytest.raises(abf.InvalidArgumentError):
+        abf.dedup(d, ahead, catalog)
+
+
+def test_dedup_equals_the_abf_command(catalog, tmp_path, abf_cli):
+    stored = random_digests(5000, seed=27)
+    catalog.add(stored)
+    f = catalog.build_filter(5000, 0.01)
+    f.save(tmp_path / "f.abf")
+    candidates = np.concatenate([random_digests(4000, seed=28), stored[:1000]])
+    (tmp_path / "cand.bin").write_bytes(candidates.tobytes())
+    out = subprocess.run([abf_cli, "dedup", "--snapshot", str(tmp_path / "f.abf"), "--db",
+                          str(tmp_path / "c.db"), "--input", str(tmp_path / "cand.bin"),
+                          "--input-format", "bin"],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    cli = np.array([list(bytes.fromhex(line)) for line in out.splitlines()], np.uint8)
+    assert np.array_equal(abf.dedup(candidates, f, catalog), cli)

@@ -1,0 +1,155 @@
+"""abf.dask on a real distributed.LocalCluster of two worker processes:
+builds bit-identical to abf.build whatever the partitioning, filter sets
+reduced shard by shard, and bulk dedup equal to SQLite's answer."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
+import dask.array as da  # noqa: E402
+import dask.bag as db  # noqa: E402
+
+import abf  # noqa: E402
+import abf.dask  # noqa: E402
+from conftest import random_digests  # noqa: E402
+
+CATALOG_ID = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=logging.ERROR,
+                                       death_timeout=120)
+    client = distributed.Client(cluster, timeout=120)
+    client.wait_for_workers(2, timeout=120)
+    yield client
+    client.close(timeout=60)
+    cluster.close(timeout=60)
+
+
+def chunks_bag(digests, chunk_count, partitions):
+    return db.from_sequence(np.array_split(digests, chunk_count), npartitions=partitions)
+
+
+def test_the_workers_are_separate_processes(client):
+    pids = client.run(lambda: __import__("os").getpid())
+    assert len(set(pids.values())) == 2
+
+
+def test_build_is_bit_identical_whatever_the_partitioning(client):
+    d = random_digests(50_000, seed=30)
+    reference = abf.build(d, 60_000, 0.01, catalog_version=3, catalog_id=CATALOG_ID)
+    for chunk_count, partitions in ((1, 1), (5, 3), (20, 8), (40, 40)):
+        bag = chunks_bag(d, chunk_count, partitions)
+        f = abf.dask.build(bag, 60_000, 0.01, catalog_version=3, catalog_id=CATALOG_ID)
+        assert isinstance(f, abf.Filter)
+        assert f == reference and f.to_bytes() == reference.to_bytes(), partitions
+    small = d[:3000]
+    items = db.from_sequence([bytes(row) for row in small], npartitions=4)
+    assert abf.dask.build(items, 60_000, 0.01) == abf.build(small, 60_000, 0.01)
+    hex_items = db.from_sequence(["sha256:" + bytes(row).hex() for row in small], npartitions=3)
+    assert abf.dask.build(hex_items, 60_000, 0.01) == abf.build(small, 60_000, 0.01)
+
+
+def test_build_from_arrays_and_dataframes(client):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    d = random_digests(20_000, seed=31)
+    reference = abf.build(d, 20_000, 0.001)
+    array = da.from_array(d, chunks=(3000, 16))  # split columns are joined back
+    assert abf.dask.build(array, 20_000, 0.001) == reference
+    frame = pd.DataFrame({"digest": [bytes(row) for row in d], "size": np.arange(len(d))})
+    ddf = dd.from_pandas(frame, npartitions=5)
+    assert abf.dask.build(ddf, 20_000, 0.001, column="digest") == reference
+    assert abf.dask.build(ddf["digest"], 20_000, 0.001) == reference
+    with pytest.raises(ValueError, match="column"):
+        abf.dask.build(ddf, 20_000, 0.001)
+
+
+def test_keyed_builds_and_worker_errors_keep_their_codes(client):
+    d = random_digests(10_000, seed=32)
+    key = abf.Key.generate()
+    bag = chunks_bag(d, 10, 5)
+    keyed = abf.dask.build(bag, 10_000, 0.01, key=key)
+    assert keyed.keyed and keyed == abf.build(d, 10_000, 0.01, key=key)
+    with pytest.raises(abf.CapacityError) as e:  # the merge finds 10,000 > 9,999
+        abf.dask.build(bag, 9_999, 0.01)
+    assert e.value.code == "capacity_exceeded"
+    with pytest.raises(abf.LayoutError) as e:  # checked before any task runs
+        abf.dask.build(bag, 10_000, 2.0)
+    assert e.value.code == "invalid_false_positive_rate"
+    bad = db.from_sequence([b"x" * 31], npartitions=1)
+    with pytest.raises(abf.DigestError):
+        abf.dask.build(bad, 10_000, 0.01)
+
+
+def test_sets_are_reduced_shard_by_shard(client):
+    d = random_digests(90_000, seed=33)
+    reference = abf.build(d, 90_000, 0.01, catalog_version=2, shards=3)
+    bag = chunks_bag(d, 12, 6)
+    with distributed.get_task_stream(client) as stream:
+        s = abf.dask.build(bag, 90_000, 0.01, catalog_version=2, shards=3)
+    assert isinstance(s, abf.FilterSet) and s == reference
+    # No task's result held more than one shard's bitset (plus headers):
+    # each partial and each reduction is of one shard.
+    filter_tasks = [record for record in stream.data
+                    if str(record["key"]).lstrip("('").startswith(("_build_partial", "_merge"))]
+    assert len(filter_tasks) >= 3 * 6
+    largest = max(record.get("nbytes", 0) for record in filter_tasks)
+    assert reference.shard_bit_count // 8 <= largest < 2 * (reference.shard_bit_count // 8)
+    auto = abf.dask.build(bag, 90_000, 0.01, catalog_version=2, shards="auto")
+    assert auto == abf.build(d, 90_000, 0.01, catalog_version=2, shards="auto")
+
+
+@pytest.fixture(scope="module")
+def catalog_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("catalog") / "c.db"
+    catalog = abf.Catalog.create(path)
+    stored = random_digests(40_000, seed=34)
+    catalog.add(stored)
+    catalog.remove(stored[:4000])
+    catalog.close()
+    return path, stored
+
+
+def sqlite_missing(path, candidates, version):
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db_:
+        present = {bytes(r[0]) for r in db_.execute(
+            "SELECT digest FROM artifacts WHERE added_version <= ? "
+            "AND (removed_version IS NULL OR removed_version > ?)", (version, version))}
+    seen, out = set(), []
+    for row in candidates:
+        digest = bytes(row)
+        if digest not in present and digest not in seen:
+            seen.add(digest)
+            out.append(row)
+    return np.array(out, np.uint8).reshape(-1, 32)
+
+
+def test_find_missing_equals_sqlite(client, catalog_file):
+    path, stored = catalog_file
+    with abf.Catalog(path, read_only=True) as catalog:
+        version = catalog.version
+        f = catalog.build_filter(40_000, 0.01)
+        s = catalog.build_filter(40_000, 0.01, shards=2)
+    fresh = random_digests(60_000, seed=35)
+    candidates = np.concatenate([fresh, stored[2000:8000], fresh[:5000], stored[:1000]])
+    np.random.default_rng(36).shuffle(candidates)
+    expected = sqlite_missing(path, candidates, version)
+    bag = chunks_bag(candidates, 16, 7)
+    for filter_ in (f, s):
+        missing, counts = abf.dask.find_missing(bag, filter_, str(path), return_counts=True)
+        assert np.array_equal(missing, expected)
+        assert counts["total"] == len(candidates) and counts["new"] == len(expected)
+        assert counts["exact_lookups"] == counts["maybe"] < len(candidates) // 4
+        assert counts["partitions"] == bag.npartitions
+    other = abf.build(candidates[:10], 100, 0.01, catalog_version=version)
+    with pytest.raises(abf.CatalogMismatchError):
+        abf.dask.find_missing(bag, other, str(path))
