@@ -133,7 +133,8 @@ def write_private(path, text):
 
 class Server:
     """A running `abf serve`: started with `args`, its ready line read from
-    stdout (bounded wait), its log kept; stop() sends SIGTERM and waits."""
+    stdout (bounded wait), its log kept; stop() sends SIGTERM and waits, and
+    keeps the whole log in `last_log`."""
 
     def __init__(self, *args, expect_failure=False, timeout=30):
         self.log_path = tempfile.mktemp(prefix="abf-serve-log-")
@@ -191,6 +192,7 @@ class Server:
                 self.process.wait(timeout=10)
                 raise AssertionError("abf serve did not stop within %d s of SIGTERM" % timeout)
         self.process.stdout.close()
+        self.last_log = self.log_text()
         self.log.close()
         returncode = self.process.returncode
         try:

@@ -537,6 +537,32 @@ class Startup(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_keyed_snapshot_needs_its_key(self):
+        key = os.path.join(self.dir, "tenant.key")
+        support.run_abf("key", "generate", "--output", key)
+        keyed = support.Catalog(self.dir, "keyed", key_file=key)
+        keyed.add(MEMBERS[:300])
+        keyed.build()
+        server = support.Server("--snapshot", keyed.snapshot, "--db", keyed.db, "--key-file", key)
+        try:
+            self.assertTrue(server.ready["tenants_ready"])
+            response = requests.post(server.url + "/v1/default/find-missing",
+                                     data=MEMBERS[0] + NEW[0] + MEMBERS[299],
+                                     headers={"Content-Type": "application/octet-stream"},
+                                     timeout=10)
+            self.assertEqual(response.content, NEW[0])
+        finally:
+            self.assertEqual(server.stop(), 0)
+        # Without the key the snapshot is refused (key_required) and the
+        # tenant is not ready; the reason is logged.
+        server = support.Server("--snapshot", keyed.snapshot, "--db", keyed.db)
+        try:
+            self.assertFalse(server.ready["tenants_ready"])
+            self.assertEqual(requests.get(server.url + "/readyz", timeout=10).status_code, 503)
+        finally:
+            self.assertEqual(server.stop(), 0)
+            self.assertIn("key_required", server.last_log)
+
     def test_idle_connection_is_closed(self):
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
                                 "--idle-timeout", 1)
