@@ -5,6 +5,7 @@ answer checked against the catalog's SQLite file."""
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -146,6 +147,48 @@ class FindMissingBlobs(unittest.TestCase):
         self.assertTrue(lines)
         self.assertNotIn(NEW[2].hex(), self.server.log_text())
 
+
+
+class Tls(unittest.TestCase):
+    def test_grpc_over_tls(self):
+        directory = tempfile.mkdtemp(prefix="abf-serve-grpc-tls-")
+        try:
+            pb2, pb2_grpc = support.generate_grpc_modules(directory)
+            catalog = support.Catalog(directory)
+            catalog.add(MEMBERS[:100])
+            catalog.build()
+            cert = os.path.join(directory, "cert.pem")
+            key = os.path.join(directory, "key.pem")
+            result = subprocess.run(
+                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                 "-out", cert, "-days", "2", "-subj", "/CN=localhost", "-addext",
+                 "subjectAltName=DNS:localhost,IP:127.0.0.1"], capture_output=True, timeout=60)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            server = support.Server("--snapshot", catalog.snapshot, "--db", catalog.db,
+                                    "--grpc-listen", "127.0.0.1:0", "--tls-cert", cert,
+                                    "--tls-key", key)
+            try:
+                with open(cert, "rb") as pem:
+                    credentials = grpc.ssl_channel_credentials(root_certificates=pem.read())
+                port = server.grpc.rsplit(":", 1)[1]
+                with grpc.secure_channel("localhost:" + port, credentials) as channel:
+                    stub = pb2_grpc.ContentAddressableStorageStub(channel)
+                    request = pb2.FindMissingBlobsRequest()
+                    request.blob_digests.add(hash=MEMBERS[0].hex(), size_bytes=1)
+                    request.blob_digests.add(hash=NEW[0].hex(), size_bytes=2)
+                    response = stub.FindMissingBlobs(request, timeout=30)
+                    self.assertEqual([d.hash for d in response.missing_blob_digests],
+                                     [NEW[0].hex()])
+                # A plaintext client gets no answer from the TLS port.
+                with grpc.insecure_channel(server.grpc) as channel:
+                    stub = pb2_grpc.ContentAddressableStorageStub(channel)
+                    with self.assertRaises(grpc.RpcError) as raised:
+                        stub.FindMissingBlobs(pb2.FindMissingBlobsRequest(), timeout=5)
+                    self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            finally:
+                self.assertEqual(server.stop(), 0)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
