@@ -27,6 +27,7 @@ struct ServeOptions {
   std::string token_file;
   std::string tenant = "default";
   std::string listen = "127.0.0.1:8080";
+  bool listen_given = false;  // --listen on the command line (it overrides --config's)
   std::string grpc_listen;
   std::string tls_cert;
   std::string tls_key;
@@ -66,8 +67,7 @@ Result<server::ServerConfig> make_config(const ServeOptions& options) {
   if (!options.config.empty() && !options.token_file.empty()) {
     config.token_file = options.token_file;
   }
-  if (options.listen != "127.0.0.1:8080" || options.config.empty())
-    config.http_listen = options.listen;
+  if (options.listen_given || options.config.empty()) config.http_listen = options.listen;
   if (!options.grpc_listen.empty()) config.grpc_listen = options.grpc_listen;
   if (!options.tls_cert.empty()) config.tls_cert = options.tls_cert;
   if (!options.tls_key.empty()) config.tls_key = options.tls_key;
@@ -219,7 +219,10 @@ Command add_serve_command(CLI::App& root) {
   app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   add_backend_option(*app, options->backend, "Filter engine");
-  return {app, [options] { return run_serve(*options); }};
+  return {app, [options, app] {
+            options->listen_given = app->count("--listen") > 0;
+            return run_serve(*options);
+          }};
 }
 
 }  // namespace

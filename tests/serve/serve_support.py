@@ -136,11 +136,12 @@ class Server:
     stdout (bounded wait), its log kept; stop() sends SIGTERM and waits, and
     keeps the whole log in `last_log`."""
 
-    def __init__(self, *args, expect_failure=False, timeout=30):
+    def __init__(self, *args, expect_failure=False, timeout=30, listen=True):
         self.log_path = tempfile.mktemp(prefix="abf-serve-log-")
         self.log = open(self.log_path, "w+b")
         self.process = subprocess.Popen(
-            [abf_binary(), "serve", "--listen", "127.0.0.1:0"] + [str(a) for a in args],
+            [abf_binary(), "serve"] + (["--listen", "127.0.0.1:0"] if listen else []) +
+            [str(a) for a in args],
             stdout=subprocess.PIPE, stderr=self.log)
         self.ready = None
         if expect_failure:

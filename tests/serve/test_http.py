@@ -471,6 +471,20 @@ class Startup(unittest.TestCase):
         self.assertIn('unknown key "max_body_byte"', server.log_text())
         server.stop()
 
+    def test_config_listen_is_used_unless_the_flag_is_given(self):
+        config = os.path.join(self.dir, "serve.json")
+        with open(config, "w") as out:
+            json.dump({"listen": "127.0.0.1:0", "tenants": [
+                {"name": "a", "snapshot": "catalog.abf", "db": "catalog.db"}]}, out)
+        server = support.Server("--config", config, listen=False)
+        try:
+            self.assertNotEqual(server.http.rsplit(":", 1)[1], "8080")
+            response = requests.get(server.url + "/v1/a/blobs/sha256:" + MEMBERS[0].hex(),
+                                    timeout=10)
+            self.assertEqual(response.status_code, 200)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_corrupt_snapshot_at_start_serves_503_until_reload(self):
         good = self.catalog.snapshot
         bad = os.path.join(self.dir, "served.abf")
