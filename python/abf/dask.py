@@ -133,27 +133,22 @@ def _digests_of(part: Any) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def partitions(collection: Any, column: str | None = None) -> list[Delayed]:
-    """The collection's partitions as Delayed (n, 32) uint8 arrays, in order.
-
-    Each array is made on the worker that computes its partition.
-    """
+def _sources(collection: Any, column: str | None) -> tuple[list[Delayed], Any]:
+    """The collection's partitions as Delayed, and what turns one into digests."""
     import dask.array as da
 
     if isinstance(collection, db.Bag):
-        return [delayed(_digests_of, pure=True)(p) for p in collection.to_delayed()]
+        return list(collection.to_delayed()), _digests_of
     if isinstance(collection, da.Array):
         array = collection
         if array.ndim == 2:
             array = array.rechunk({1: -1})
-            blocks = array.to_delayed()[:, 0]
-        elif array.ndim == 1:
-            blocks = array.to_delayed()
-        else:
-            raise DigestError(
-                f"a dask array of {array.ndim} dimensions; expected (N, 32)", "invalid_digest"
-            )
-        return [delayed(_rows, pure=True)(b) for b in blocks]
+            return list(array.to_delayed()[:, 0]), _rows
+        if array.ndim == 1:
+            return list(array.to_delayed()), _rows
+        raise DigestError(
+            f"a dask array of {array.ndim} dimensions; expected (N, 32)", "invalid_digest"
+        )
     try:
         import dask.dataframe as dd
     except ImportError:  # pragma: no cover - dask without pandas
@@ -170,13 +165,62 @@ def partitions(collection: Any, column: str | None = None) -> list[Delayed]:
             column = collection.columns[0]
         collection = collection[column]
     if isinstance(collection, series_types):
-        return [delayed(_digests_of, pure=True)(p) for p in collection.to_delayed()]
+        return list(collection.to_delayed()), _digests_of
     if isinstance(collection, (list, tuple)) and all(isinstance(p, Delayed) for p in collection):
-        return [delayed(_digests_of, pure=True)(p) for p in collection]
+        return list(collection), _digests_of
     raise TypeError(
         f"abf.dask takes a dask Bag, Array, DataFrame or Series, or a list of Delayed; "
         f"not a {type(collection).__name__}"
     )
+
+
+def partitions(collection: Any, column: str | None = None) -> list[Delayed]:
+    """The collection's partitions as Delayed (n, 32) uint8 arrays, in order.
+
+    Each array is made on the worker that computes its partition.
+    """
+    sources, convert = _sources(collection, column)
+    return [delayed(convert, pure=True)(p) for p in sources]
+
+
+def _by_location(collection: Any, sources: Sequence[Delayed]) -> list[int]:
+    """Partition indices, those held by one worker next to each other.
+
+    For a collection already in the cluster's memory (client.persist), so
+    that the tree reduction merges each worker's partials where they are and
+    moves few filters between workers (OR is commutative: the bits are the
+    same in any order). Any other collection keeps its order.
+    """
+    order = list(range(len(sources)))
+    client = _default_client()
+    if client is None or len(sources) < 2:
+        return order
+    try:
+        from dask.utils import stringify
+        from distributed import futures_of
+
+        futures = {f.key: f for f in futures_of(collection)}
+        held = []
+        for source in sources:
+            # A persisted bag's partition has its future's key; a
+            # delayed(future) wraps exactly one future.
+            future = futures.get(source.key)
+            if future is None:
+                inner = futures_of(source)
+                future = inner[0] if len(inner) == 1 else None
+            if future is None:
+                return order
+            held.append(future)
+        who = client.who_has(held)
+        places = []
+        for f in held:
+            workers = who.get(f.key) or who.get(stringify(f.key)) or ()
+            places.append(min(workers) if workers else "")
+        if not all(places):
+            return order
+        return sorted(order, key=lambda i: (places[i], i))
+    except Exception:  # an optimization only: never a reason to fail a build
+        return order
 
 
 def _build_partial(digests: np.ndarray, expected_items: int, fpp: float, catalog_version: int,
@@ -225,7 +269,10 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
     (shards > 1, or "auto"), each partition is split by shard on its worker
     (``shard(d)``, section 13) and each shard has a reduction of its own, so
     a task holds one shard's bitsets, never the set's; the client receives
-    the S finished shards and joins them (``FilterSet.from_shards``).
+    the S finished shards and joins them (``FilterSet.from_shards``). A
+    collection already in the cluster's memory (``client.persist``) is
+    reduced in the order of the workers that hold its partitions, so each
+    worker first merges its own partials and few filters move between them.
 
     Runs on the current Dask scheduler (a ``distributed.Client`` once one is
     made). The spec is checked here first (abf.LayoutError); partitions then
@@ -239,9 +286,11 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
     # before any task runs; the empty filter is the answer for no partitions.
     empty = _abf.build([], expected_items, fpp, catalog_version=catalog_version,
                        catalog_id=catalog_id, key=key, shards=shards, backend=backend)
-    parts = partitions(collection, column)
-    if not parts:
+    sources, convert = _sources(collection, column)
+    if not sources:
         return empty
+    order = _by_location(collection, sources)
+    parts = [delayed(convert, pure=True)(sources[i]) for i in order]
     if isinstance(empty, _abf.Filter):
         del empty
         partials = [delayed(_build_partial, pure=True)(p, expected_items, fpp, catalog_version,

@@ -51,6 +51,19 @@ def test_build_is_bit_identical_whatever_the_partitioning(client):
         f = abf.dask.build(bag, 60_000, 0.01, catalog_version=3, catalog_id=CATALOG_ID)
         assert isinstance(f, abf.Filter)
         assert f == reference and f.to_bytes() == reference.to_bytes(), partitions
+    # Partitions already held by the workers: merged where they are first.
+    persisted = client.persist(chunks_bag(d, 20, 10))
+    distributed.wait(persisted)
+    sources, _ = abf.dask._sources(persisted, None)
+    order = abf.dask._by_location(persisted, sources)
+    assert sorted(order) == list(range(10))
+    holders = {f.key: min(client.who_has([f]).popitem()[1])
+               for f in distributed.futures_of(persisted)}
+    places = [holders[sources[i].key] for i in order]
+    changes = sum(a != b for a, b in zip(places, places[1:]))
+    assert changes == len(set(places)) - 1  # each worker's partitions in one run
+    assert abf.dask.build(persisted, 60_000, 0.01, catalog_version=3,
+                          catalog_id=CATALOG_ID) == reference
     small = d[:3000]
     items = db.from_sequence([bytes(row) for row in small], npartitions=4)
     assert abf.dask.build(items, 60_000, 0.01) == abf.build(small, 60_000, 0.01)
