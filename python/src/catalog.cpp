@@ -20,15 +20,17 @@ namespace {
 
 using service::SqliteCatalog;
 
-// A catalog as Python holds it; close() drops the connection.
+// A catalog as Python holds it; close() drops the connection. Each call
+// holds its own reference while it runs without the GIL, so a close() from
+// another thread meanwhile takes effect when that call ends.
 struct PyCatalog {
-  std::unique_ptr<SqliteCatalog> catalog;
+  std::shared_ptr<SqliteCatalog> catalog;
   std::filesystem::path path;
   bool read_only = false;
 
-  SqliteCatalog& get() const {
+  std::shared_ptr<SqliteCatalog> get() const {
     if (!catalog) raise(ErrorCode::kInvalidArgument, "catalog " + path.string() + " is closed");
-    return *catalog;
+    return catalog;
   }
 };
 
@@ -89,7 +91,8 @@ py::dict counts_dict(const service::BatchCounts& c, std::uint64_t written,
 
 // Digests absent at `version`, in input order, each once.
 py::array_t<std::uint8_t> find_missing(const PyCatalog& c, py::handle digests, py::handle version) {
-  SqliteCatalog& catalog = c.get();
+  const auto held = c.get();
+  SqliteCatalog& catalog = *held;
   DigestInput input = digests_from(digests);
   std::vector<Digest> missing;
   Result<void> done;
@@ -117,7 +120,8 @@ py::array_t<std::uint8_t> find_missing(const PyCatalog& c, py::handle digests, p
 }
 
 py::array_t<bool> contains(const PyCatalog& c, py::handle digests, py::handle version) {
-  SqliteCatalog& catalog = c.get();
+  const auto held = c.get();
+  SqliteCatalog& catalog = *held;
   DigestInput input = digests_from(digests);
   const std::uint64_t at = version_or_latest(catalog, version);
   py::array_t<bool> out(static_cast<py::ssize_t>(input.size()));
@@ -132,7 +136,8 @@ py::array_t<bool> contains(const PyCatalog& c, py::handle digests, py::handle ve
 }
 
 py::array_t<std::uint8_t> all_digests(const PyCatalog& c, py::handle version) {
-  SqliteCatalog& catalog = c.get();
+  const auto held = c.get();
+  SqliteCatalog& catalog = *held;
   const std::uint64_t at = version_or_latest(catalog, version);
   std::vector<Digest> digests;
   Result<void> done;
@@ -151,7 +156,8 @@ py::array_t<std::uint8_t> all_digests(const PyCatalog& c, py::handle version) {
 py::object catalog_build(const PyCatalog& c, py::handle expected_items, double fpp,
                          py::handle version, py::handle key, py::handle shards,
                          const std::string& backend) {
-  SqliteCatalog& catalog = c.get();
+  const auto held = c.get();
+  SqliteCatalog& catalog = *held;
   const Backend engine = backend_from(backend);
   const std::uint64_t n =
       count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items");
@@ -217,10 +223,11 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       py::gil_scoped_release release;
       return SqliteCatalog::open(path, options);
     }();
-    opened = py::cast(PyCatalog{std::make_unique<SqliteCatalog>(unwrap(std::move(c))), path, true});
+    opened = py::cast(PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), path, true});
     catalog_arg = opened;
   }
-  SqliteCatalog& catalog = catalog_arg.cast<const PyCatalog&>().get();
+  const auto held = catalog_arg.cast<const PyCatalog&>().get();
+  SqliteCatalog& catalog = *held;
   DigestInput input = digests_from(digests);
 
   std::vector<Digest> missing;
@@ -288,7 +295,7 @@ SQLite's message. Use as a context manager, or close().
                py::gil_scoped_release release;
                return SqliteCatalog::open(p, options);
              }();
-             return PyCatalog{std::make_unique<SqliteCatalog>(unwrap(std::move(c))), p, read_only};
+             return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, read_only};
            }),
            py::arg("path"), py::arg("read_only") = false,
            "Opens an existing catalog (abf.Catalog.create makes a new one).")
@@ -300,7 +307,7 @@ SQLite's message. Use as a context manager, or close().
               py::gil_scoped_release release;
               return SqliteCatalog::create(p);
             }();
-            return PyCatalog{std::make_unique<SqliteCatalog>(unwrap(std::move(c))), p, false};
+            return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, false};
           },
           py::arg("path"),
           "Creates a new, empty catalog (version 0, a new random id); never over an existing "
@@ -308,7 +315,8 @@ SQLite's message. Use as a context manager, or close().
       .def(
           "add",
           [](const PyCatalog& c, py::handle digests) {
-            SqliteCatalog& catalog = c.get();
+            const auto held = c.get();
+            SqliteCatalog& catalog = *held;
             DigestInput input = digests_from(digests);
             Result<service::CatalogChange> change = [&] {
               py::gil_scoped_release release;
@@ -324,7 +332,8 @@ unchanged}.
       .def(
           "remove",
           [](const PyCatalog& c, py::handle digests) {
-            SqliteCatalog& catalog = c.get();
+            const auto held = c.get();
+            SqliteCatalog& catalog = *held;
             DigestInput input = digests_from(digests);
             Result<service::CatalogChange> change = [&] {
               py::gil_scoped_release release;
@@ -337,7 +346,8 @@ unchanged}.
       .def_property_readonly(
           "version",
           [](const PyCatalog& c) {
-            SqliteCatalog& catalog = c.get();
+            const auto held = c.get();
+            SqliteCatalog& catalog = *held;
             py::gil_scoped_release release;
             return unwrap(catalog.latest_version());
           },
@@ -345,7 +355,7 @@ unchanged}.
       .def_property_readonly(
           "id",
           [](const PyCatalog& c) -> py::object {
-            const auto& id = c.get().catalog_id();
+            const auto& id = c.get()->catalog_id();
             if (!id) return py::none();
             return py::str(id->hex());
           },
@@ -367,7 +377,8 @@ each once.
       .def(
           "count",
           [](const PyCatalog& c, py::handle version) {
-            SqliteCatalog& catalog = c.get();
+            const auto held = c.get();
+            SqliteCatalog& catalog = *held;
             const std::uint64_t at = version_or_latest(catalog, version);
             py::gil_scoped_release release;
             return unwrap(catalog.count_at_version(at));
@@ -385,7 +396,8 @@ version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
       .def(
           "stats",
           [](const PyCatalog& c) {
-            SqliteCatalog& catalog = c.get();
+            const auto held = c.get();
+            SqliteCatalog& catalog = *held;
             Result<service::CatalogStats> s = [&] {
               py::gil_scoped_release release;
               return catalog.stats();

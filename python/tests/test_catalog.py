@@ -66,6 +66,10 @@ def test_add_remove_versions_and_find_missing(catalog, tmp_path):
         with pytest.raises(abf.CatalogStoreError) as e:
             ro.add(a[:1])
         assert e.value.code == "catalog_error"
+    closed = abf.Catalog(tmp_path / "c.db", read_only=True)
+    closed.close()
+    with pytest.raises(abf.InvalidArgumentError, match="closed"):
+        closed.find_missing(a[:1])
     with pytest.raises(abf.CatalogStoreError):
         abf.Catalog(tmp_path / "none.db")
     with pytest.raises(abf.CatalogStoreError):
