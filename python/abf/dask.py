@@ -45,7 +45,7 @@ from dask.delayed import Delayed, delayed
 from . import _abf
 from ._errors import DigestError
 
-__all__ = ["build", "find_missing", "partitions"]
+__all__ = ["build", "find_missing", "partitions", "release_worker_buffers"]
 
 _DIGEST = 32
 
@@ -409,3 +409,19 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     counts["false_discovery_ratio"] = fp / maybe if maybe else 0.0
     counts["partitions"] = len(results)
     return missing, counts
+
+
+def _release_cached_buffers() -> None:
+    _abf.release_cached_buffers()
+
+
+def release_worker_buffers(client: Any = None) -> None:
+    """Frees the library's cached build scratch (up to 256 MiB) on every worker.
+
+    A worker keeps it after a build for the next one; between jobs, this
+    gives it back (``abf.release_cached_buffers`` on each, by ``client.run``).
+    """
+    if client is None:
+        client = _default_client()
+    if client is not None:
+        client.run(_release_cached_buffers)

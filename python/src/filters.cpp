@@ -816,6 +816,19 @@ field, abf.CapacityError when the summed counts exceed n.
       },
       "The probe engines of this build: name, available, summary, detail.");
 
+  m.def(
+      "release_cached_buffers",
+      [] {
+        py::gil_scoped_release release;
+        release_cached_buffers();
+      },
+      R"doc(
+Frees the scratch memory builds and set queries keep for the next call (the
+partitioned build's buckets, up to 256 MiB; a GPU's device copies). For a
+long-running process (a Dask worker) between jobs; the next build
+allocates afresh. The bits are the same either way.
+)doc");
+
   // Private: pickling, the Dask build, tests and the benchmark.
   m.def("_filter_from_snapshot", &filter_from_snapshot, py::arg("data"),
         py::arg("key") = py::none());

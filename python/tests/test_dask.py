@@ -119,6 +119,8 @@ def test_sets_are_reduced_shard_by_shard(client):
     assert reference.shard_bit_count // 8 <= largest < 2 * (reference.shard_bit_count // 8)
     auto = abf.dask.build(bag, 90_000, 0.01, catalog_version=2, shards="auto")
     assert auto == abf.build(d, 90_000, 0.01, catalog_version=2, shards="auto")
+    abf.dask.release_worker_buffers(client)  # the next build allocates afresh
+    assert abf.dask.build(bag, 90_000, 0.01, catalog_version=2, shards=3) == reference
 
 
 @pytest.fixture(scope="module")
