@@ -1,0 +1,190 @@
+// Writes seed inputs for the fuzz targets (input formats: fuzz/checks.hpp):
+//
+//   fuzz_seeds OUT_DIR VECTORS_DIR
+//
+// OUT_DIR/<target>/ gets the golden snapshots of VECTORS_DIR (the project's
+// tests/data/vectors) and their digests, plus small snapshots of both format
+// versions and both protocols, pairs to merge (compatible, keyed, over
+// capacity, incompatible), and hand-made digest lines of every accepted form
+// and some rejected ones. scripts/fuzz runs it before each fuzzing run.
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "abf/abf.hpp"
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::uint8_t>;
+
+namespace {
+
+int written = 0;
+
+void write(const fs::path& dir, const std::string& name, const Bytes& bytes) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  ++written;
+}
+
+void write(const fs::path& dir, const std::string& name, const std::string& text) {
+  write(dir, name, Bytes(text.begin(), text.end()));
+}
+
+Bytes read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  return {text.begin(), text.end()};
+}
+
+Bytes with_control(std::uint8_t control, const Bytes& bytes) {
+  Bytes out{control};
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  return out;
+}
+
+// The same snapshot in formatVersion 1 (protocol 1 only): reserved from 80
+// on, and the version-1 header checksum.
+Bytes as_version1(Bytes bytes) {
+  const std::uint32_t version = 1;
+  std::memcpy(bytes.data() + 4, &version, 4);
+  std::memset(bytes.data() + 80, 0, 48);
+  const std::uint64_t sum = XXH3_64bits(bytes.data(), 72);
+  std::memcpy(bytes.data() + 72, &sum, 8);
+  return bytes;
+}
+
+std::vector<abf::Digest> digests(std::size_t count, std::size_t first) {
+  std::vector<abf::Digest> out;
+  for (std::size_t i = first; i < first + count; ++i) {
+    out.push_back(abf::sha256("member:" + std::to_string(i)));
+  }
+  return out;
+}
+
+Bytes snapshot(std::size_t count, std::size_t first, abf::BloomSpec spec,
+               const abf::BuildOptions& options) {
+  auto filter = abf::build_filter(digests(count, first), spec, options);
+  if (!filter) {
+    std::cerr << "fuzz_seeds: " << filter.error().describe() << "\n";
+    std::exit(1);
+  }
+  return abf::serialize_snapshot(*filter);
+}
+
+Bytes merge_input(std::uint8_t control, const Bytes& a, const Bytes& b) {
+  Bytes out{control, static_cast<std::uint8_t>(a.size()), static_cast<std::uint8_t>(a.size() >> 8)};
+  out.insert(out.end(), a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: fuzz_seeds OUT_DIR VECTORS_DIR\n";
+    return 2;
+  }
+  const fs::path out = argv[1];
+  const fs::path vectors = argv[2];
+  const auto key = *abf::Key::parse_hex("000102030405060708090a0b0c0d0e0f");
+  const auto catalog = *abf::CatalogId::parse_hex("5f0c6e2a9b7d4e11a3c2d8f0e6b4a197");
+
+  // Snapshots: the golden files as they are and resealed, and small ones.
+  for (const auto& entry : fs::recursive_directory_iterator(vectors)) {
+    if (entry.path().extension() != ".abf") continue;
+    const Bytes bytes = read(entry.path());
+    const std::string stem = entry.path().stem().string();
+    write(out / "snapshot", "golden-" + stem, with_control(0, bytes));
+    write(out / "snapshot", "golden-" + stem + "-resealed", with_control(3, bytes));
+  }
+  const abf::BloomSpec tiny{1, 0.5};
+  const abf::BloomSpec small{40, 0.01};
+  const Bytes unkeyed = snapshot(20, 0, small, {.catalog_version = 7, .catalog_id = catalog});
+  const Bytes keyed =
+      snapshot(20, 0, small, {.catalog_version = 7, .catalog_id = catalog, .key = key});
+  write(out / "snapshot", "small-v2", with_control(0, unkeyed));
+  write(out / "snapshot", "small-v2-keyed", with_control(0, keyed));
+  write(out / "snapshot", "small-v1", with_control(0, as_version1(snapshot(20, 0, small, {}))));
+  write(out / "snapshot", "tiny-v2", with_control(3, snapshot(1, 0, tiny, {})));
+  write(out / "snapshot", "empty-v2-keyed", with_control(3, snapshot(0, 0, small, {.key = key})));
+  write(out / "snapshot", "short", Bytes{0, 'A', 'B', 'F', '1', 2, 0, 0, 0});
+
+  // Merges: halves of one catalog (unkeyed and keyed), over capacity,
+  // different layouts, different catalog versions.
+  const Bytes half1 = snapshot(20, 0, small, {.catalog_version = 7, .catalog_id = catalog});
+  const Bytes half2 = snapshot(20, 20, small, {.catalog_version = 7, .catalog_id = catalog});
+  const Bytes keyed1 = snapshot(20, 0, small, {.catalog_version = 7, .key = key});
+  const Bytes keyed2 = snapshot(20, 20, small, {.catalog_version = 7, .key = key});
+  const Bytes full = snapshot(40, 0, small, {.catalog_version = 7, .catalog_id = catalog});
+  const Bytes other_layout =
+      snapshot(20, 0, {40, 0.001}, {.catalog_version = 7, .catalog_id = catalog});
+  const Bytes other_version =
+      snapshot(20, 20, small, {.catalog_version = 8, .catalog_id = catalog});
+  write(out / "merge", "halves", merge_input(0, half1, half2));
+  write(out / "merge", "halves-resealed", merge_input(3, half1, half2));
+  write(out / "merge", "keyed-halves", merge_input(3 | 4 | 8, keyed1, keyed2));
+  write(out / "merge", "over-capacity", merge_input(0, full, half1));
+  write(out / "merge", "other-layout", merge_input(0, half1, other_layout));
+  write(out / "merge", "other-version", merge_input(0, half1, other_version));
+  write(out / "merge", "other-version-named", merge_input(16 | (5 << 5), half1, other_version));
+  write(out / "merge", "keyed-with-unkeyed", merge_input(4, keyed1, half2));
+  const Bytes golden = read(vectors / "v2" / "member-1000-v2.abf");
+  write(out / "merge", "golden-twice", merge_input(0, golden, golden));
+
+  // Text lines: every accepted form, blank lines, and rejected ones.
+  const std::string hex = abf::sha256(std::string_view("abc")).hex();
+  std::string upper = hex;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  write(out / "text_reader", "bare", hex + "\n");
+  write(out / "text_reader", "oci", "sha256:" + hex + "\n");
+  write(out / "text_reader", "sha256sum", hex + "  artifact.tar\n" + hex + " *binary.bin\n");
+  write(out / "text_reader", "upper-crlf", "sha256:" + upper + "\r\n" + upper + "\r\n");
+  write(out / "text_reader", "spaces-blank-lines", "\n  \t\n  " + hex + "\t\n\r\n" + hex);
+  write(out / "text_reader", "gnu-escaped", "\\" + hex + "  dir\\\\name\\nwith newline\n");
+  write(out / "text_reader", "gnu-tag", "SHA256 (artifact.tar) = " + hex + "\n\\SHA256 (a\\nb)=" + hex + "\n");
+  write(out / "text_reader", "bad-length", hex.substr(1) + "\n");
+  write(out / "text_reader", "bad-algorithm", "sha512:" + hex + "\n");
+  write(out / "text_reader", "bad-one-space-name", hex + " name\n");
+  write(out / "text_reader", "bad-late-line", hex + "\n" + hex + "\nnot a digest\n");
+  write(out / "text_reader", "empty", std::string());
+  std::string probes;
+  for (const auto& row : {"probes.tsv"}) {
+    std::ifstream in(vectors / row);
+    std::string line;
+    for (int n = 0; std::getline(in, line) && n < 40;) {
+      if (line.empty() || line[0] == '#') continue;
+      probes += line.substr(0, line.find('\t')) + "\n";
+      ++n;
+    }
+  }
+  write(out / "text_reader", "golden-probe-digests", probes);
+
+  // Binary input: whole records in spans of several sizes, and stray bytes.
+  Bytes records;
+  for (const auto& digest : digests(5, 0)) {
+    records.insert(records.end(), digest.bytes.begin(), digest.bytes.end());
+  }
+  Bytes spans = {3, 0, 1, 6};
+  spans.insert(spans.end(), records.begin(), records.end());
+  write(out / "binary_reader", "records", with_control(0, records));
+  write(out / "binary_reader", "records-spans", spans);
+  Bytes stray = spans;
+  stray.insert(stray.end(), {1, 2, 3});
+  write(out / "binary_reader", "stray-bytes", stray);
+  write(out / "binary_reader", "empty", Bytes{0});
+
+  std::printf("fuzz_seeds: %d seeds in %s\n", written, out.c_str());
+  return 0;
+}
