@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "abf/backend.hpp"
+#include "abf/io.hpp"
 #include "abf/version.hpp"
 #include "command.hpp"
 #include "common.hpp"
@@ -58,6 +59,11 @@ std::string parsed_path(const CLI::App& root) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM, SIGHUP and SIGINT remove the temporary files of outputs not yet
+  // committed (one held 1.2 GB), then end the process by that signal, so the
+  // shell sees 128 + its number. SIGKILL runs nothing; AtomicFile's
+  // anonymous temporaries (O_TMPFILE) leave nothing to remove then either.
+  abf::remove_temporary_files_on_signal();
   // Whatever goes through stdio (help, version, bench and demo tables)
   // stays in one buffer to the end unless stdout is a terminal, so a failed
   // write surfaces in the final flush with its errno (flush_stdout).

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -315,6 +316,9 @@ void expect_signal_removes_temporary(const fs::path& dir, int signal_number) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::close(ready[0]);
+    // A named temporary (as on a filesystem without O_TMPFILE): the one a
+    // signal can leave behind. Anonymous ones have no name to remove.
+    ::setenv("ABF_NO_O_TMPFILE", "1", 1);
     remove_temporary_files_on_signal();
     auto file = AtomicFile::create(dir / "interrupted.txt");
     if (!file || !file->write("half") || ::write(ready[1], "r", 1) != 1) ::_exit(3);
@@ -338,6 +342,44 @@ TEST_F(IoFiles, TermHupAndIntRemoveTemporaryFiles) {
   for (const int signal_number : {SIGTERM, SIGHUP, SIGINT}) {
     expect_signal_removes_temporary(dir_.path(), signal_number);
   }
+}
+
+// Where O_TMPFILE works (here: the test folder's filesystem), an output
+// being written has no name at all, so even SIGKILL, which runs nothing,
+// leaves nothing behind; and a committed one appears whole.
+TEST_F(IoFiles, SigkillMidWriteLeavesNothingWithAnonymousTemporaries) {
+  if (std::getenv("ABF_NO_O_TMPFILE") != nullptr) {
+    GTEST_SKIP() << "this run (core_io_test_named_temporaries) covers named temporaries only";
+  }
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    auto file = AtomicFile::create(dir_.path() / "killed.txt");
+    if (!file || !file->write(std::string(1 << 20, 'x')) || ::write(ready[1], "r", 1) != 1) {
+      ::_exit(3);
+    }
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  EXPECT_TRUE(fs::is_empty(dir_.path())) << "the killed writer left a file";
+
+  auto file = AtomicFile::create(dir_.path() / "whole.txt");
+  ASSERT_TRUE(file.has_value()) << file.error().message;
+  ASSERT_TRUE(file->write("whole"));
+  EXPECT_TRUE(fs::is_empty(dir_.path())) << "an uncommitted file has a name";
+  ASSERT_TRUE(file->commit());
+  EXPECT_EQ(test::read_file(dir_.path() / "whole.txt"), "whole");
+  EXPECT_TRUE(temporaries(dir_.path()).empty());
 }
 
 TEST_F(IoFiles, AnIgnoredSignalStaysIgnored) {

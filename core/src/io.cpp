@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -330,6 +331,34 @@ Result<OutputTarget> resolve_output(const std::filesystem::path& path) {
   }
 }
 
+// ".<stem>.tmp.XXXXXX", a name for a temporary file beside the output.
+std::string temporary_name(const std::string& stem) {
+  std::string name = ".";  // appended piecewise: GCC 12 -Wrestrict misfires on "." + str
+  name += stem;
+  name += ".tmp.";
+  name += random_suffix();
+  return name;
+}
+
+// Whether an O_TMPFILE file can be given a name by commit(): linkat(2) of
+// its /proc/self/fd entry (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
+// Without /proc, or with ABF_NO_O_TMPFILE set (tests use it to exercise
+// the named temporaries of filesystems without O_TMPFILE), no.
+bool can_link_anonymous() {
+  if (const char* off = std::getenv("ABF_NO_O_TMPFILE"); off != nullptr && *off != '\0') {
+    return false;
+  }
+  static const bool proc = ::access("/proc/self/fd", X_OK) == 0;
+  return proc;
+}
+
+// Gives the anonymous file `fd` the name `name` in `dir_fd` (fails with
+// EEXIST if the name is taken: a planted name is never followed).
+int link_anonymous(int fd, int dir_fd, const char* name) {
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  return ::linkat(AT_FDCWD, self.c_str(), dir_fd, name, AT_SYMLINK_FOLLOW);
+}
+
 }  // namespace
 
 void remove_temporary_files_on_signal() noexcept {
@@ -359,8 +388,10 @@ struct AtomicFile::State {
   // kReplace: the folder the file goes into, and the names in it.
   int dir_fd = -1;
   std::string final_name;
-  std::string temp_name;
-  int slot = -1;  // in the signal handler's table
+  std::string temp_name;   // empty while the file is anonymous (O_TMPFILE)
+  bool anonymous = false;  // made with O_TMPFILE: no name until commit()
+  int slot = -1;           // in the signal handler's table
+  std::string stem;        // of the temporary names: the final name, cut to fit
   bool committed = false;
   bool replace = true;
   std::vector<std::uint8_t> pending;
@@ -394,6 +425,28 @@ struct AtomicFile::State {
 
   std::string display() const { return kind == Kind::kStdout ? "<stdout>" : final_path.string(); }
 
+  // The rename (or link) is durable only once the folder is: without this
+  // a crash can bring back the old file, or neither.
+  Result<void> sync_folder() {
+    if (::fsync(dir_fd) != 0 && errno != EINVAL) {
+      return fail(ErrorCode::kIo, display() +
+                                      ": the new file is in place, but syncing its folder failed "
+                                      "(it may not survive a crash): " +
+                                      errno_text());
+    }
+    return {};
+  }
+
+  // After the file took its final name directly (linked, not renamed).
+  Result<void> close_and_sync_folder() {
+    const int file_fd = fd;
+    fd = -1;
+    if (::close(file_fd) != 0) {
+      return fail(ErrorCode::kIo, display() + ": close failed: " + errno_text());
+    }
+    return sync_folder();
+  }
+
   // Creates the temporary file in the target's folder, O_EXCL: never an
   // existing name, never through a link planted there.
   Result<void> create_temporary(const OutputTarget& target, unsigned permissions) {
@@ -406,17 +459,22 @@ struct AtomicFile::State {
     }
     final_name = target.path.filename().string();
     // The name's room: NAME_MAX less ".", ".tmp." and six characters.
-    const std::string stem = final_name.substr(0, NAME_MAX - 12);
+    stem = final_name.substr(0, NAME_MAX - 12);
     // A file that replaces another takes its mode, so it starts private and
     // is widened (never narrowed from wider) below.
     const mode_t create_mode = target.exists ? 0600 : static_cast<mode_t>(permissions & 0777);
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      std::string name = ".";  // appended piecewise: GCC 12 -Wrestrict misfires on "." + str
-      name += stem;
-      name += ".tmp.";
-      name += random_suffix();
-      // The kernel applies the umask to create_mode, exactly as for any
-      // new file: no umask(2) round trip, which would race other threads.
+    // The kernel applies the umask to create_mode, exactly as for any new
+    // file: no umask(2) round trip, which would race other threads.
+    // First choice: a file with no name at all (O_TMPFILE), which a SIGKILL
+    // or a power cut cannot leave behind; commit() links it in. Where the
+    // filesystem or kernel lacks it (or the link cannot be made, see
+    // can_link_anonymous), a named temporary made with O_EXCL.
+    if (can_link_anonymous()) {
+      fd = ::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, create_mode);
+      anonymous = fd >= 0;
+    }
+    for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
+      std::string name = temporary_name(stem);
       fd = ::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     create_mode);
       if (fd >= 0) {
@@ -527,6 +585,42 @@ Result<void> AtomicFile::commit() {
   if (::fsync(s.fd) != 0) {
     return fail(ErrorCode::kIo, s.display() + ": fsync failed: " + errno_text());
   }
+  if (s.anonymous) {
+    // The finished file gets a name only now. Not to be replaced: its final
+    // name at once (EEXIST if taken; link never replaces). To replace: a
+    // temporary name first, renamed over the old file below. Only a process
+    // killed between these two calls leaves that name behind.
+    if (!s.replace) {
+      if (link_anonymous(s.fd, s.dir_fd, s.final_name.c_str()) != 0) {
+        return fail(
+            ErrorCode::kIo,
+            s.display() + (errno == EEXIST
+                               ? ": exists, and is never replaced"
+                               : ": cannot link the finished file into place: " + errno_text()));
+      }
+      s.committed = true;
+      return s.close_and_sync_folder();
+    }
+    for (int attempt = 0; s.temp_name.empty() && attempt < 100; ++attempt) {
+      std::string name = temporary_name(s.stem);
+      s.slot = register_temp(s.dir_fd, name);
+      if (link_anonymous(s.fd, s.dir_fd, name.c_str()) == 0) {
+        s.temp_name = std::move(name);
+        break;
+      }
+      const int link_errno = errno;
+      unregister_temp(s.slot);
+      s.slot = -1;
+      if (link_errno != EEXIST) {
+        errno = link_errno;
+        return fail(ErrorCode::kIo,
+                    s.display() + ": cannot link the finished file into place: " + errno_text());
+      }
+    }
+    if (s.temp_name.empty()) {
+      return fail(ErrorCode::kIo, s.display() + ": cannot name the finished file: 100 names taken");
+    }
+  }
   const int fd = s.fd;
   s.fd = -1;
   if (::close(fd) != 0) {
@@ -545,15 +639,7 @@ Result<void> AtomicFile::commit() {
   s.committed = true;
   unregister_temp(s.slot);
   s.slot = -1;
-  // The rename is durable only once the folder is: without this a crash can
-  // bring back the old file, or neither.
-  if (::fsync(s.dir_fd) != 0 && errno != EINVAL) {
-    return fail(ErrorCode::kIo, s.display() +
-                                    ": the new file is in place, but syncing its folder failed "
-                                    "(it may not survive a crash): " +
-                                    errno_text());
-  }
-  return {};
+  return s.sync_folder();
 }
 
 }  // namespace abf

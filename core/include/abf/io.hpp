@@ -73,12 +73,18 @@ struct AtomicFileOptions {
 };
 
 // An output file that appears at `path` only when commit() succeeds. Writes go
-// to a temporary file beside it, `.<name>.tmp.XXXXXX`, created with O_EXCL (so
-// nothing planted at that name is followed or overwritten); destroying an
-// uncommitted AtomicFile removes the temporary, so a failed command leaves any
-// earlier file untouched. commit() fsyncs the file, renames it over `path`
+// to a temporary file in the same folder: where the filesystem supports it an
+// anonymous one (O_TMPFILE), which has no name until commit() and so is never
+// left behind, even by SIGKILL or a power cut; elsewhere (or with the
+// environment variable ABF_NO_O_TMPFILE set, which tests use) one named
+// `.<name>.tmp.XXXXXX`. Every temporary name is created with O_EXCL (linked,
+// for an anonymous file), so nothing planted at it is followed or
+// overwritten. Destroying an uncommitted AtomicFile removes the temporary, so
+// a failed command leaves any earlier file untouched. commit() fsyncs the
+// file, gives it a temporary name (anonymous files), renames it over `path`
 // and fsyncs the folder, so once it returns the new file survives a crash or
-// power loss (docs/reliability.md).
+// power loss (docs/reliability.md). Only a process killed between those two
+// calls leaves an anonymous file's temporary name behind.
 //
 // What `path` names decides how it is written:
 //   "-"                    straight to standard output;
@@ -122,7 +128,7 @@ class AtomicFile {
 // process by the same signal (its default action, so a parent sees how it
 // ended). A signal that is ignored stays ignored, and a handler installed
 // before is left in place. Call it once, early in main(); without it such a
-// signal leaves `.<name>.tmp.XXXXXX` files behind. The handler is
+// signal leaves the named temporaries (`.<name>.tmp.XXXXXX`) behind. The handler is
 // async-signal-safe: it only reads a fixed table of live temporary files
 // (64 at once; more still work, but are not removed on a signal) and calls
 // unlinkat(2).
