@@ -33,6 +33,7 @@ struct BuildCommandOptions {
   std::string catalog_id;  // 32 hex digits; files only (a catalog names its own)
   std::string shards;      // "S" or "auto": write a filter set; empty: one snapshot
   unsigned threads = 0;
+  int busy_timeout_ms = kDefaultBusyTimeoutMs;  // --from-catalog
   bool distinct = false;
   bool json = false;
 };
@@ -122,7 +123,8 @@ Result<void> save_output(const BuildCommandOptions& options, const FilterSet& se
 int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
                            const std::optional<Key>& key) {
   const auto start = std::chrono::steady_clock::now();
-  auto catalog = service::SqliteCatalog::open(options.from_catalog, {.read_only = true});
+  auto catalog = service::SqliteCatalog::open(
+      options.from_catalog, {.read_only = true, .busy_timeout_ms = options.busy_timeout_ms});
   if (!catalog) return report("build", catalog.error());
   std::uint64_t version = 0;
   if (options.catalog_version) {
@@ -356,6 +358,8 @@ Command add_build_command(CLI::App& root) {
                   "the fewest shards whose filters each fit at --fpp (one filter holds at most\n"
                   "2^30 bits, about 1.1e8 digests at p = 0.01). --output names its manifest")
       ->check(shards_validator());
+  add_busy_timeout_option(*app, options->busy_timeout_ms);
+  app->get_option("--busy-timeout")->needs(from_catalog);
   add_key_file_option(*app, options->key_file, "build a keyed (hash protocol 2) snapshot");
   add_backend_option(*app, options->backend, "Build engine");
   add_threads_option(*app, options->threads, /*reads_ahead=*/true);

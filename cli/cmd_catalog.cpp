@@ -20,7 +20,16 @@ struct CatalogOptions {
   std::string input = "-";
   std::string input_format = "hex";
   bool json = false;
+  int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
+
+// How every command but init opens the catalog.
+service::CatalogOpenOptions open_options(const CatalogOptions& options, bool read_only) {
+  service::CatalogOpenOptions open;
+  open.read_only = read_only;
+  open.busy_timeout_ms = options.busy_timeout_ms;
+  return open;
+}
 
 // The catalog id line that init and upgrade print, or their JSON.
 std::string id_report(const CatalogOptions& options, const service::SqliteCatalog& catalog) {
@@ -52,13 +61,11 @@ int run_init(const CatalogOptions& options) {
 int run_upgrade(const CatalogOptions& options) {
   bool had_id = false;
   {  // a read-only look first, closed before the writer opens
-    service::CatalogOpenOptions read_only;
-    read_only.read_only = true;
-    auto before = service::SqliteCatalog::open(options.db, read_only);
+    auto before = service::SqliteCatalog::open(options.db, open_options(options, true));
     if (!before) return report("catalog upgrade", before.error());
     had_id = before->catalog_id().has_value();
   }
-  auto catalog = service::SqliteCatalog::open(options.db);
+  auto catalog = service::SqliteCatalog::open(options.db, open_options(options, false));
   if (!catalog) return report("catalog upgrade", catalog.error());
   if (auto wrote = write_stdout(id_report(options, *catalog)); !wrote) {
     return report("catalog upgrade", wrote.error());
@@ -76,7 +83,7 @@ int run_change(const CatalogOptions& options, bool adding) {
   const char* name = adding ? "catalog add" : "catalog remove";
   auto format = parse_input_format(options.input_format);
   if (!format) return report(name, format.error());
-  auto catalog = service::SqliteCatalog::open(options.db);
+  auto catalog = service::SqliteCatalog::open(options.db, open_options(options, false));
   if (!catalog) return report(name, catalog.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report(name, reader.error());
@@ -114,9 +121,7 @@ int run_change(const CatalogOptions& options, bool adding) {
 }
 
 int run_stats(const CatalogOptions& options) {
-  service::CatalogOpenOptions open_options;
-  open_options.read_only = true;
-  auto catalog = service::SqliteCatalog::open(options.db, open_options);
+  auto catalog = service::SqliteCatalog::open(options.db, open_options(options, true));
   if (!catalog) return report("catalog stats", catalog.error());
   auto stats = catalog->stats();
   if (!stats) return report("catalog stats", stats.error());
@@ -203,6 +208,9 @@ Command add_catalog_command(CLI::App& root) {
   for (CLI::App* sub : {init, add, remove, stats, upgrade}) {
     sub->add_flag("--json", options->json,
                   "Print one JSON object instead of text (docs/cli.md lists its keys)");
+  }
+  for (CLI::App* sub : {add, remove, stats, upgrade}) {
+    add_busy_timeout_option(*sub, options->busy_timeout_ms);
   }
   return {app, [options, init, add, remove, stats, upgrade] {
             if (init->parsed()) return run_init(*options);

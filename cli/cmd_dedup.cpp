@@ -42,6 +42,7 @@ struct DedupOptions {
   bool exact_only = false;
   bool json = false;
   unsigned threads = 0;
+  int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
 
 void append_hex_line(std::string& out, const Digest& digest) {
@@ -95,6 +96,7 @@ int run_dedup(const DedupOptions& options) {
 
   service::CatalogOpenOptions open_options;
   open_options.read_only = true;  // dedup never changes the catalog
+  open_options.busy_timeout_ms = options.busy_timeout_ms;
   auto catalog = service::SqliteCatalog::open(options.db, open_options);
   if (!catalog) return report("dedup", catalog.error());
   // The publisher is bound to the catalog: a snapshot of another catalog,
@@ -222,6 +224,7 @@ Command add_dedup_command(CLI::App& root) {
   app->add_flag("--exact-only", options->exact_only,
                 "Ask SQLite for every candidate, filter unused (the baseline; same output)");
   add_threads_option(*app, options->threads);
+  add_busy_timeout_option(*app, options->busy_timeout_ms);
   return {app, [options] { return run_dedup(*options); }};
 }
 

@@ -465,6 +465,15 @@ void add_key_file_option(CLI::App& app, std::string& path, std::string_view use)
       ->check(not_a_stream("a key file, whose mode is checked before it is read"));
 }
 
+void add_busy_timeout_option(CLI::App& app, int& milliseconds) {
+  app.add_option("--busy-timeout", milliseconds,
+                 "Milliseconds to wait for another process's lock on the catalog before\n"
+                 "failing with \"database is locked\" (default " +
+                     std::to_string(kDefaultBusyTimeoutMs) +
+                     "; 0 fails at once). Readers never wait for a writer")
+      ->check(CLI::Range(0, 24 * 3600 * 1000));
+}
+
 Result<std::optional<Key>> key_from_option(const std::string& path) {
   if (path.empty()) return std::optional<Key>();
   auto key = read_key_file(path);

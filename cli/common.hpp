@@ -189,6 +189,15 @@ void add_key_file_option(CLI::App& app, std::string& path, std::string_view use)
 // option was not given. The key itself never reaches any output.
 Result<std::optional<Key>> key_from_option(const std::string& path);
 
+// Adds `--busy-timeout MS` (default kDefaultBusyTimeoutMs): how long a command
+// that opens a catalog waits for another process's lock before failing
+// with "database is locked". In WAL mode (every catalog once a writer has
+// opened it) readers never wait for a writer, so this bounds a writer
+// waiting for another writer, or any connection waiting for a catalog
+// being switched to WAL or recovered.
+inline constexpr int kDefaultBusyTimeoutMs = 60'000;
+void add_busy_timeout_option(CLI::App& app, int& milliseconds);
+
 // A CLI11 check refusing "-" for a path that cannot be a stream (a usage
 // error, exit 2): "- (standard input or output) cannot be <what>".
 CLI::Validator not_a_stream(std::string what);

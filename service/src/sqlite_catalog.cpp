@@ -1,12 +1,17 @@
 // SqliteCatalog: the versioned exact store on SQLite (sqlite3 C API).
 #include "abf/service/sqlite_catalog.hpp"
 
+#include <fcntl.h>
+#include <limits.h>
 #include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <numeric>
 #include <string_view>
@@ -66,6 +71,10 @@ std::string create_schema_sql(const CatalogId& id) {
 constexpr std::int64_t kSchemaWithoutCatalogId = 1;
 static_assert(kApplicationId == 1094862403);
 
+// Returns the mode in force: "wal" unless the filesystem cannot (then the
+// mode the file had).
+constexpr const char* kWalSql = "PRAGMA journal_mode = WAL";
+
 constexpr const char* kExistsSql =
     "SELECT 1 FROM artifacts WHERE digest = ?1 AND added_version <= ?2 "
     "AND (removed_version IS NULL OR removed_version > ?2) LIMIT 1";
@@ -105,8 +114,12 @@ std::string describe_rc(sqlite3* db, int rc) {
   return sqlite3_errstr(rc);
 }
 
+// kIo for what the disk did (full, a read or write error), kCatalog else.
 Error catalog_error(const std::filesystem::path& path, std::string_view what, sqlite3* db, int rc) {
-  return Error{ErrorCode::kCatalog,
+  const int primary = rc & 0xff;
+  const ErrorCode code =
+      primary == SQLITE_FULL || primary == SQLITE_IOERR ? ErrorCode::kIo : ErrorCode::kCatalog;
+  return Error{code,
                "catalog " + path.string() + ": " + std::string(what) + ": " + describe_rc(db, rc)};
 }
 
@@ -165,6 +178,44 @@ Result<CatalogId> read_catalog_id(sqlite3* db, const std::filesystem::path& path
   return id;
 }
 
+// A SQLite result code that is not SQLITE_OK.
+struct SqliteFailure {
+  int rc;
+  const char* what;  // "opening", "reading the header"
+};
+
+// The read-only connection met something only a writer can put right: a
+// hot journal to roll back, or a WAL index to rebuild.
+bool is_readonly_recovery(int rc) {
+  return rc == SQLITE_READONLY_ROLLBACK || rc == SQLITE_READONLY_RECOVERY ||
+         rc == SQLITE_READONLY_CANTINIT || rc == SQLITE_READONLY_CANTLOCK;
+}
+
+// Rolls back the hot journal of a killed writer (or rebuilds a WAL index)
+// with a read-write connection that only reads: no version is created and
+// no row changes, the database becomes what it was before the killed
+// writer's transaction.
+Result<void> roll_back_hot_journal(const std::filesystem::path& path, int busy_timeout_ms) {
+  sqlite3* raw = nullptr;
+  int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  Db db(raw);
+  if (rc == SQLITE_OK) {
+    sqlite3_extended_result_codes(raw, 1);
+    sqlite3_busy_timeout(raw, busy_timeout_ms);
+    rc = sqlite3_exec(raw, "SELECT COUNT(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+  }
+  if (rc != SQLITE_OK) {
+    return std::unexpected(catalog_error(
+        path,
+        "a writer was killed mid-change and left a journal that only a read-write connection "
+        "can roll back (" +
+            path.string() + "-journal), and opening one failed",
+        db.get(), rc));
+  }
+  return {};
+}
+
 }  // namespace
 
 struct SqliteCatalog::State {
@@ -196,6 +247,41 @@ struct SqliteCatalog::State {
     const int rc = sqlite3_exec(db.get(), sql, nullptr, nullptr, nullptr);
     if (rc != SQLITE_OK) return std::unexpected(error(what, rc));
     return {};
+  }
+
+  // Opens the connection (again, dropping an earlier one) and reads the
+  // header's application id; a failure is SQLite's result code.
+  std::expected<std::int64_t, SqliteFailure> connect_and_read_application_id() {
+    db.reset();
+    sqlite3* raw = nullptr;
+    const int flags =
+        (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX;
+    const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+    db.reset(raw);
+    if (rc != SQLITE_OK) return std::unexpected(SqliteFailure{rc, "opening"});
+    sqlite3_extended_result_codes(raw, 1);
+    sqlite3_busy_timeout(raw, options.busy_timeout_ms);
+    sqlite3_stmt* stmt_raw = nullptr;
+    int step = sqlite3_prepare_v2(raw, "PRAGMA application_id", -1, &stmt_raw, nullptr);
+    Stmt stmt(stmt_raw);
+    if (step == SQLITE_OK) step = sqlite3_step(stmt.get());
+    if (step != SQLITE_ROW) return std::unexpected(SqliteFailure{step, "reading the header"});
+    return sqlite3_column_int64(stmt.get(), 0);
+  }
+
+  // A writer's connection: WAL (kept in the database, so every later
+  // connection uses it too) and a sync of the WAL at every commit, so a
+  // committed version survives a crash or power loss. A catalog in rollback
+  // mode is converted here; that waits, within the busy timeout, for its
+  // readers. Where WAL is impossible (no shared memory on the filesystem)
+  // the catalog keeps the mode it has.
+  Result<void> use_wal() {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db.get(), kWalSql, -1, &raw, nullptr);
+    Stmt stmt(raw);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+    if (rc != SQLITE_ROW) return std::unexpected(error("switching to WAL mode", rc));
+    return exec("PRAGMA synchronous = FULL", "setting synchronous commits");
   }
 
   // Ends a transaction opened by a caller that failed; errors are moot then.
@@ -356,19 +442,38 @@ std::optional<CatalogBinding> SqliteCatalog::catalog_binding() const {
 }
 
 Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) {
+  const auto exists_error = [&] {
     return fail(ErrorCode::kCatalog,
                 "catalog " + path.string() + ": already exists; it is never overwritten");
-  }
-  // Build the catalog under a temporary name, then link it into place: a
-  // failed init leaves no half-made catalog, and an existing file is never
-  // replaced (link fails if the name exists).
+  };
+  struct stat existing {};
+  if (::lstat(path.c_str(), &existing) == 0) return exists_error();  // a link included
+  // The catalog is built in a private folder made beside it (mkdtemp: a new
+  // name, mode 0700), so nothing planted can be followed or overwritten: not
+  // the database, nor the journal and WAL files SQLite makes next to it.
+  // Then it is renamed into place without replacing anything, and the folder
+  // removed: a failed init leaves no half-made catalog.
   auto id = CatalogId::generate();
   if (!id) return std::unexpected(id.error());
-  static std::atomic<unsigned> counter{0};
-  std::filesystem::path temp = path;
-  temp += ".init-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  const std::filesystem::path folder =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::string pattern =
+      (folder / ("." + path.filename().string().substr(0, NAME_MAX - 13) + ".init.XXXXXX"))
+          .string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                         ": cannot create a private folder in '" + folder.string() +
+                                         "': " + std::strerror(errno));
+  }
+  const std::filesystem::path private_folder = pattern;
+  struct RemoveFolder {
+    std::filesystem::path path;
+    ~RemoveFolder() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remove_folder{private_folder};
+  const std::filesystem::path temp = private_folder / "catalog.db";
   {
     sqlite3* raw = nullptr;
     const int rc =
@@ -376,30 +481,49 @@ Result<SqliteCatalog> SqliteCatalog::create(const std::filesystem::path& path) {
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
     Db db(raw);
     if (rc != SQLITE_OK) {
-      std::filesystem::remove(temp, ec);
       return std::unexpected(catalog_error(path, "creating the database", db.get(), rc));
     }
+    sqlite3_extended_result_codes(db.get(), 1);
     const std::string sql = create_schema_sql(*id);
-    const int exec_rc = sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, nullptr);
+    int exec_rc = sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, nullptr);
+    if (exec_rc == SQLITE_OK) {
+      // WAL, kept in the file's header: readers never wait for a writer, and
+      // a killed writer leaves nothing a reader must roll back (kWalSql).
+      exec_rc = sqlite3_exec(db.get(), kWalSql, nullptr, nullptr, nullptr);
+    }
+    if (exec_rc == SQLITE_OK) {
+      // Everything into the database file itself (and synced), so the file
+      // alone is the catalog when it is renamed.
+      exec_rc =
+          sqlite3_exec(db.get(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+    }
     if (exec_rc != SQLITE_OK) {
-      Error error = catalog_error(path, "creating the schema", db.get(), exec_rc);
-      db.reset();
-      std::filesystem::remove(temp, ec);
-      return std::unexpected(error);
+      return std::unexpected(catalog_error(path, "creating the schema", db.get(), exec_rc));
     }
   }
-  std::filesystem::create_hard_link(temp, path, ec);
-  std::error_code remove_ec;
-  if (ec) {
-    std::filesystem::remove(temp, remove_ec);
-    if (ec == std::errc::file_exists) {
-      return fail(ErrorCode::kCatalog,
-                  "catalog " + path.string() + ": already exists; it is never overwritten");
-    }
+  std::error_code ec;
+  if (std::filesystem::exists(private_folder / "catalog.db-wal", ec) &&
+      std::filesystem::file_size(private_folder / "catalog.db-wal", ec) != 0) {
     return fail(ErrorCode::kCatalog,
-                "catalog " + path.string() + ": cannot create: " + ec.message());
+                "catalog " + path.string() + ": cannot create: the new database kept a WAL");
   }
-  std::filesystem::remove(temp, remove_ec);
+  // RENAME_NOREPLACE: an existing name (a file, or a link planted since the
+  // check above) stays as it is. Where the filesystem lacks it, link(2),
+  // which never replaces either.
+  int moved = ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  if (moved != 0 && (errno == EINVAL || errno == ENOSYS)) {
+    moved = ::link(temp.c_str(), path.c_str());
+  }
+  if (moved != 0) {
+    if (errno == EEXIST) return exists_error();
+    return fail(ErrorCode::kCatalog,
+                "catalog " + path.string() + ": cannot create: " + std::strerror(errno));
+  }
+  // The new name is durable once its folder is.
+  if (const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
   return open(path);
 }
 
@@ -417,35 +541,34 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   auto state = std::make_unique<State>();
   state->path = path;
   state->options = options;
-  {
-    sqlite3* raw = nullptr;
-    const int flags =
-        (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX;
-    const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
-    state->db.reset(raw);
-    if (rc != SQLITE_OK) return std::unexpected(state->error("opening", rc));
+  // Is it an abf catalog? Reading the header also reports "not a database"
+  // and "locked" here, at open. A read-only connection cannot roll back the
+  // hot journal a writer killed mid-change left (a catalog still in rollback
+  // mode: made before WAL and not opened for writing since); SQLite answers
+  // SQLITE_READONLY_ROLLBACK, and the journal is rolled back once by a
+  // read-write connection that only reads, then the read-only one retries.
+  auto id = state->connect_and_read_application_id();
+  if (!id && options.read_only && is_readonly_recovery(id.error().rc)) {
+    if (auto recovered = roll_back_hot_journal(path, options.busy_timeout_ms); !recovered) {
+      return std::unexpected(recovered.error());
+    }
+    id = state->connect_and_read_application_id();
+  }
+  if (!id) return std::unexpected(state->error(id.error().what, id.error().rc));
+  if (*id != kApplicationId) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                         ": a SQLite database, but not an abf catalog "
+                                         "(application_id " +
+                                         std::to_string(*id) + ", expected " +
+                                         std::to_string(kApplicationId) + ")");
   }
   sqlite3* db = state->db.get();
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, options.busy_timeout_ms);
-
-  // Is it an abf catalog, and of our schema version? Reading the header
-  // also reports "not a database" and "locked" here, at open.
-  {
-    auto stmt = state->prepare("PRAGMA application_id");
-    if (!stmt) return std::unexpected(stmt.error());
-    const int rc = sqlite3_step(stmt->get());
-    if (rc != SQLITE_ROW) return std::unexpected(state->error("reading the header", rc));
-    const auto id = sqlite3_column_int64(stmt->get(), 0);
-    if (id != kApplicationId) {
-      return fail(ErrorCode::kCatalog,
-                  "catalog " + path.string() +
-                      ": a SQLite database, but not an abf catalog (application_id " +
-                      std::to_string(id) + ", expected " + std::to_string(kApplicationId) + ")");
-    }
-  }
   auto schema = read_schema_version(db, path);
   if (!schema) return std::unexpected(schema.error());
+  if (!options.read_only &&
+      (*schema == kSchemaWithoutCatalogId || *schema == kCatalogSchemaVersion)) {
+    if (auto wal = state->use_wal(); !wal) return std::unexpected(wal.error());
+  }
   if (*schema == kSchemaWithoutCatalogId && !options.read_only) {
     auto upgraded = state->upgrade_to_catalog_ids();
     if (!upgraded) return std::unexpected(upgraded.error());
