@@ -3,6 +3,9 @@
 // (each answer its shard's), the manifest, saving and loading with every
 // error naming the shard, a reader racing a writer, and merge.
 #include <gtest/gtest.h>
+
+#include <csignal>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -10,6 +13,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -674,11 +678,18 @@ TEST_F(FilterSetFiles, SaveRefusesStandardOutputAndNonFiles) {
 }
 
 TEST_F(FilterSetFiles, FailedSaveLeavesTheOldSet) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root writes into a read-only folder anyway";
-  fs::permissions(dir_.path(), fs::perms::owner_read | fs::perms::owner_exec);
   const FilterSet next = build(test::random_digests(5000, 55), options_of(43, false));
+  // Every write past 512 bytes fails (EFBIG, SIGXFSZ ignored), root's too:
+  // the save fails in its first shard, after the old set was in place.
+  struct rlimit before {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = before;
+  small.rlim_cur = 512;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   auto saved = save_filter_set(next, manifest());
-  fs::permissions(dir_.path(), fs::perms::owner_all);
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
   ASSERT_FALSE(saved.has_value());
   EXPECT_EQ(saved.error().code, ErrorCode::kIo);
   auto loaded = load_filter_set(manifest());
