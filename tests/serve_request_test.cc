@@ -283,6 +283,27 @@ TEST(ServeTokens, RefusesBadLinesWithoutQuotingTheToken) {
   EXPECT_EQ(twice.find("token-aaaa"), std::string::npos);
 }
 
+// Found by fuzz_serve_request (regression input
+// fuzz/corpus/serve_request/regression-token-without-scope): a token
+// followed by blanks and nothing else cut its scopes with
+// remove_prefix(npos), undefined behaviour that in a release build read the
+// byte before the blanks, the token's last character, as a scope: this
+// line granted tenant "a".
+TEST(ServeTokens, TokenFollowedOnlyByBlanksHasNoScope) {
+  for (const std::string text :
+       {"token-aaaaaaaaaaaaaaaa  ", "token-aaaaaaaaaaaaaaaa \n", "token-aaaaaaaaaaaaaaaa\t \r\n",
+        "# tokens\ntoken-bbbbbbbbbbbbbbbb b\n  token-aaaaaaaaaaaaaaaa\t\n"}) {
+    const auto tokens = parse_token_file(text, "tokens");
+    ASSERT_FALSE(tokens) << "accepted '" << text << "', the last token with "
+                         << tokens->back().tenants.size() << " tenants, the first '"
+                         << (tokens->back().tenants.empty() ? "" : tokens->back().tenants[0])
+                         << "'";
+    EXPECT_EQ(tokens.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(tokens.error().message.find(": expected \"<token> <tenant>"), std::string::npos)
+        << tokens.error().message;
+  }
+}
+
 TEST(ServeTokens, FileReadableByOthersIsRefused) {
   test::TempDir dir("abf-serve-tokens");
   const auto path = dir.path() / "tokens";

@@ -274,12 +274,14 @@ Result<std::vector<TokenEntry>> parse_token_file(std::string_view text, std::str
     line.remove_prefix(first);
     const std::string where = std::string(source) + ": line " + std::to_string(line_number);
     const auto space = line.find_first_of(" \t");
-    if (space == std::string_view::npos) {
+    // A token followed by nothing but blanks has no scope either.
+    const auto scopes_start =
+        space == std::string_view::npos ? space : line.find_first_not_of(" \t", space);
+    if (scopes_start == std::string_view::npos) {
       return invalid(where + ": expected \"<token> <tenant>[,<tenant>...]\"");
     }
     const std::string_view token = line.substr(0, space);
-    std::string_view scopes = line.substr(space);
-    scopes.remove_prefix(scopes.find_first_not_of(" \t"));
+    std::string_view scopes = line.substr(scopes_start);
     while (!scopes.empty() && (scopes.back() == ' ' || scopes.back() == '\t')) {
       scopes.remove_suffix(1);
     }
