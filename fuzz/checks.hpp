@@ -57,11 +57,17 @@ std::string check_binary_reader(std::span<const std::uint8_t> data);
 // right, and a snapshot of it that loads back.
 std::string check_merge(std::span<const std::uint8_t> data);
 
+// `abf serve`'s request parsing: defined in fuzz/serve_request_fuzz.cc (its
+// comment gives the input and the properties), not in checks.cc, so that
+// this library needs no server code; linked into the fuzz_serve_request
+// target and the replay test wherever abf_server_request is built.
+std::string check_serve_request(std::span<const std::uint8_t> data);
+
 struct Target {
   std::string_view name;  // fuzz/corpus/<name>, the executable fuzz_<name>
   std::string (*check)(std::span<const std::uint8_t> data);
 };
-// The four targets above.
+// The four targets of checks.cc (check_serve_request is not among them).
 std::span<const Target> targets();
 
 }  // namespace abf::fuzz

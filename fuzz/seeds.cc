@@ -5,8 +5,10 @@
 // OUT_DIR/<target>/ gets the golden snapshots of VECTORS_DIR (the project's
 // tests/data/vectors) and their digests, plus small snapshots of both format
 // versions and both protocols, pairs to merge (compatible, keyed, over
-// capacity, incompatible), and hand-made digest lines of every accepted form
-// and some rejected ones. scripts/fuzz runs it before each fuzzing run.
+// capacity, incompatible), hand-made digest lines of every accepted form
+// and some rejected ones, and requests for abf serve's parsers (routes,
+// bodies in each encoding, headers, blob digests, a configuration file, a
+// token file). scripts/fuzz runs it before each fuzzing run.
 #include <xxhash.h>
 
 #include <cstdio>
@@ -184,6 +186,99 @@ int main(int argc, char** argv) {
   stray.insert(stray.end(), {1, 2, 3});
   write(out / "binary_reader", "stray-bytes", stray);
   write(out / "binary_reader", "empty", Bytes{0});
+
+  // abf serve's request parsing (fuzz/serve_request_fuzz.cc): a control
+  // byte whose value mod 8 picks the parser, then its text.
+  const fs::path serve = out / "serve_request";
+  const auto request = [&](const std::string& name, std::uint8_t control, const std::string& text) {
+    write(serve, name, with_control(control, Bytes(text.begin(), text.end())));
+  };
+  const std::string hex2 = abf::sha256(std::string_view("def")).hex();
+  // 0: routes, every one the server serves and the refusals.
+  request("route-find-missing", 0, "POST /v1/team-a/find-missing");
+  request("route-blob-get", 0, "GET /v1/team-a/blobs/sha256:" + hex);
+  request("route-blob-head", 0, "HEAD /v1/build.cache_2/blobs/sha256:" + upper);
+  request("route-metrics", 0, "GET /metrics");
+  request("route-healthz", 0, "GET /healthz");
+  request("route-readyz", 0, "HEAD /readyz");
+  request("route-admin-reload", 0, "POST /admin/reload");
+  request("route-wrong-method", 0, "GET /v1/team-a/find-missing");
+  request("route-bad-tenant", 0, "POST /v1/.hidden/find-missing");
+  request("route-not-found", 0, "GET /v1/team-a/blobs/sha256:" + hex + "/extra");
+  // 1-3: find-missing bodies (binary, text, JSON); control / 8 % 4 picks the
+  // limit, 64 to 256 digests.
+  std::string binary_body;
+  for (const auto& digest : digests(3, 0)) {
+    binary_body.append(reinterpret_cast<const char*>(digest.bytes.data()), digest.bytes.size());
+  }
+  request("body-binary", 1, binary_body);
+  request("body-binary-empty", 1, "");
+  request("body-binary-truncated", 1, binary_body.substr(0, 70));
+  std::string over_limit;
+  for (int i = 0; i < 65; ++i) over_limit += binary_body.substr(0, 32);
+  request("body-binary-over-limit", 1, over_limit);
+  request("body-binary-limit-256", 1 + 3 * 8, over_limit);
+  request("body-text", 2,
+          hex + "\nsha256:" + hex2 + "\r\n\n" + upper + "  artifact.tar\n" + hex + " *bin\n");
+  request("body-text-bad-line", 2, hex + "\nnot a digest\n");
+  request("body-json", 3,
+          "{\"digests\": [\"sha256:" + hex + "\", \"" + hex2 + "\", \"SHA256:" + upper + "\"]}");
+  request("body-json-empty", 3, "{\"digests\":[]}");
+  request("body-json-not-json", 3, "{\"digests\": [");
+  request("body-json-no-array", 3, "{\"digests\": \"sha256:" + hex + "\"}");
+  request("body-json-not-string", 3, "{\"digests\": [42, null]}");
+  request("body-json-bad-digest", 3, "{\"digests\": [\"sha512:" + hex + "\"]}");
+  // 4: a Content-Type, a newline, an Authorization value.
+  request("headers-binary-bearer", 4, "application/octet-stream\nBearer s3cr3t-token-0123456789");
+  request("headers-text-charset", 4, "text/plain; charset=utf-8\nbearer\t tok");
+  request("headers-json", 4, "Application/JSON\n");
+  request("headers-no-authorization", 4, "application/json");
+  request("headers-other-scheme", 4, "application/json\nBasic dXNlcjpwYXNz");
+  request("headers-two-tokens", 4, "text/plain\nBearer one two");
+  request("headers-unsupported", 4, "application/x-www-form-urlencoded\nBearer t");
+  // 5: a blob path digest, then the same text as a gRPC hash with
+  // size_bytes = control - 128.
+  request("blob-digest", 5 + 128, "sha256:" + hex);
+  request("blob-digest-upper", 5 + 8 * 17, "SHA256:" + upper);
+  request("blob-digest-bare", 5 + 128, hex);
+  request("blob-digest-negative-size", 5, hex);
+  request("blob-digest-other-algorithm", 5 + 128, "sha512:" + hex);
+  // 6: a configuration file, every key given.
+  request("config-full", 6, R"({
+  "listen": "127.0.0.1:8080",
+  "grpc_listen": "[::1]:9090",
+  "token_file": "tokens",
+  "tls_cert": "/etc/abf/cert.pem",
+  "tls_key": "key.pem",
+  "limits": {"max_body_bytes": 33554432, "max_digests_per_request": 262144,
+             "max_header_bytes": 8192, "idle_timeout_seconds": 30,
+             "request_timeout_seconds": 10},
+  "rate_limit": {"requests_per_second": 100, "digests_per_second": 1e6, "burst_seconds": 2.5},
+  "http_threads": 64,
+  "log_level": "warn",
+  "backend": "scalar",
+  "shutdown_grace_seconds": 30,
+  "tenants": [
+    {"name": "team-a", "snapshot": "a.abf", "db": "a.db"},
+    {"name": "team_b.2", "snapshot": "/srv/b.abfs", "db": "/srv/b.db", "key_file": "b.key"}
+  ]
+})");
+  request("config-minimal", 6, R"({"tenants": [{"name": "t", "snapshot": "s.abf", "db": "c.db"}]})");
+  request("config-unknown-key", 6, R"({"tenants": [], "limts": {}})");
+  request("config-duplicate-tenant", 6,
+          R"({"tenants": [{"name": "t", "snapshot": "s", "db": "d"}, {"name": "t", "snapshot": "s", "db": "d"}]})");
+  request("config-bad-listen", 6,
+          R"({"listen": "[::1]9090", "tenants": [{"name": "t", "snapshot": "s", "db": "d"}]})");
+  // 7: a token file.
+  request("tokens", 7,
+          "# token scopes\n"
+          "0123456789abcdef-reader team-a,team_b.2\r\n"
+          "\n"
+          "  ops-token-fedcba9876543210\t*,@admin  \n"
+          "reload-only-token-0000 @admin\n");
+  request("tokens-short", 7, "short team-a\n");
+  request("tokens-twice", 7, "0123456789abcdef team-a\n0123456789abcdef team-b\n");
+  request("tokens-bad-scope", 7, "0123456789abcdef team-a,,@root\n");
 
   std::printf("fuzz_seeds: %d seeds in %s\n", written, out.c_str());
   return 0;

@@ -19,12 +19,10 @@
 // tenant is a valid tenant name; an accepted blob digest reads back from its
 // canonical form; a parsed config validates; every parsed token has a scope.
 //
-// check_serve_request has the signature of fuzz/checks.hpp's checks, so the
-// corpus replay test can run it too. Build: with the fuzz targets
-// (ABF_FUZZ=ON, clang; see scripts/fuzz), e.g.
-//   add_executable(fuzz_serve_request serve_request_fuzz.cc)
-//   target_link_libraries(fuzz_serve_request PRIVATE abf_server_request)
-//   target_link_options(fuzz_serve_request PRIVATE -fsanitize=fuzzer)
+// check_serve_request is declared in fuzz/checks.hpp, so the corpus replay
+// test (tests/fuzz_replay_test.cc) runs it too, compiling this file with
+// ABF_SERVE_FUZZ_NO_MAIN. Built as fuzz_serve_request with the other fuzz
+// targets (ABF_FUZZ=ON, clang; scripts/fuzz serve_request SECONDS).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +35,7 @@
 
 #include "abf/server/config.hpp"
 #include "abf/server/request.hpp"
+#include "checks.hpp"
 
 namespace abf::fuzz {
 

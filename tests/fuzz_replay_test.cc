@@ -28,6 +28,16 @@ fs::path corpus_root() {
   return value != nullptr && *value != '\0' ? value : ABF_FUZZ_CORPUS;
 }
 
+// The targets of checks.cc, and serve_request where abf_server_request is
+// built (tests/CMakeLists.txt then compiles fuzz/serve_request_fuzz.cc in).
+std::vector<fuzz::Target> replayed_targets() {
+  std::vector<fuzz::Target> targets(fuzz::targets().begin(), fuzz::targets().end());
+#ifdef ABF_FUZZ_SERVE_REQUEST
+  targets.push_back({"serve_request", fuzz::check_serve_request});
+#endif
+  return targets;
+}
+
 class FuzzReplay : public ::testing::TestWithParam<fuzz::Target> {};
 
 TEST_P(FuzzReplay, EveryCorpusInputKeepsItsProperties) {
@@ -45,8 +55,8 @@ TEST_P(FuzzReplay, EveryCorpusInputKeepsItsProperties) {
   EXPECT_GT(inputs, 0u) << "an empty corpus replays nothing: " << dir;
 }
 
-INSTANTIATE_TEST_SUITE_P(Corpora, FuzzReplay,
-                         ::testing::ValuesIn(fuzz::targets().begin(), fuzz::targets().end()),
+INSTANTIATE_TEST_SUITE_P(fuzz_replay, FuzzReplay,
+                         ::testing::ValuesIn(replayed_targets()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
