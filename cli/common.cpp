@@ -499,8 +499,9 @@ CLI::Validator catalog_id_validator() {
 }
 
 void add_threads_option(CLI::App& app, unsigned& threads, bool reads_ahead) {
-  std::string help =
-      "Worker threads (default: all " + std::to_string(hardware_threads()) + " cores)";
+  // Never the core count itself: the help text becomes the man pages at build
+  // time, which must not carry the build machine's core count.
+  std::string help = "Worker threads (default: every core)";
   if (reads_ahead) help += ";\none more thread reads the next input chunk meanwhile";
   app.add_option("--threads", threads, help)->check(CLI::Range(1u, 4096u));
 }

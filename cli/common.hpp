@@ -158,7 +158,9 @@ class DataOutput {
   std::string buffer_;
 };
 
-// Adds `--threads N` (default: all cores). Call apply_threads() in the runner.
+// Adds `--threads N` (default: all cores; the help says "every core", never
+// a count, so man pages made from it do not depend on the build machine).
+// Call apply_threads() in the runner.
 // `reads_ahead`: the command reads its next input chunk on one more thread,
 // beside the N workers; the help says so.
 void add_threads_option(CLI::App& app, unsigned& threads, bool reads_ahead = false);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -613,6 +614,20 @@ TEST_F(CliTest, BackendOptionsAcceptExactlyTheLibrarysNames) {
   for (const char* command :
        {"query -s c.abf", "build -n 10 -p 0.01 -o x.abf", "dedup -s c.abf --db c.db"}) {
     EXPECT_EQ(abf(std::string(command) + " --backend quantum").status, 2) << command;
+  }
+}
+
+// The help texts become the man pages at build time (package/make-man-pages),
+// so they must not carry the build machine's core count.
+TEST_F(CliTest, ThreadsHelpNamesNoCoreCount) {
+  for (const char* command : {"build", "query", "dedup", "merge", "demo", "bench"}) {
+    const CliRun help = abf(std::string(command) + " --help");
+    ASSERT_EQ(help.status, 0) << command;
+    const auto at = help.out.find("--threads");
+    ASSERT_NE(at, std::string::npos) << command << "\n" << help.out;
+    EXPECT_NE(help.out.find("every core", at), std::string::npos) << command << "\n" << help.out;
+    EXPECT_FALSE(std::regex_search(help.out, std::regex("[0-9]+ cores")))
+        << command << "\n" << help.out;
   }
 }
 
