@@ -34,6 +34,7 @@ struct BenchOptions {
   std::string protocol = "1";
   unsigned threads = 0;  // 0: report at 1 thread and at all cores
   unsigned repetitions = 5;
+  double fpp = workload::kTargetFpp;  // every scenario's target p
   bool json = false;
 };
 
@@ -41,7 +42,6 @@ using workload::kAbsentSeed;
 using workload::kBatch;
 using workload::kMemberSeed;
 using workload::kScenarios;
-using workload::kTargetFpp;
 using workload::Scenario;
 constexpr std::size_t kChunk = std::size_t{1} << 20;
 
@@ -94,6 +94,16 @@ struct Row {
   double ns_per_item = 0;
   double fraction_of_ceiling = 0;       // of the random_line row (1 for the ceiling rows)
   std::int64_t prefetch_distance = -1;  // random_line: the best distance; -1 elsewhere
+  // The filter the row ran against (filter rows only; the ceiling rows have
+  // none): its spec, and its fill and false-positive rate once all n members
+  // are in.
+  bool has_filter = false;
+  std::uint64_t expected_item_count = 0;
+  double target_fpp = 0;
+  double fill_ratio = 0;
+  double estimated_fpp = 0;
+  // query_absent: the non-members answered `maybe`, out of `items`; -1 elsewhere.
+  std::int64_t false_positives = -1;
 };
 
 // The ceiling: independent random 64-bit loads over a buffer of the filter's
@@ -236,8 +246,8 @@ BuildOptions build_options(std::uint32_t protocol) {
 Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint32_t>& protocols,
                           const std::vector<Backend>& backends,
                           const std::vector<unsigned>& thread_counts, unsigned repetitions,
-                          double copy_rate, std::vector<Row>& rows) {
-  const BloomSpec spec{scenario.n, kTargetFpp};
+                          double fpp, double copy_rate, std::vector<Row>& rows) {
+  const BloomSpec spec{scenario.n, fpp};
   auto layout = choose_layout(spec);
   if (!layout) return std::unexpected(layout.error());
   const std::uint64_t batch = std::min(scenario.n, kBatch);
@@ -283,6 +293,9 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
     std::vector<double> load_times;
     std::vector<std::vector<double>> line_times(kDistanceCount);
     std::vector<std::vector<double>> times(protocols.size() * backends.size() * 3);
+    // The false positives of each protocol and backend's last absent batch
+    // (counted outside the timed region).
+    std::vector<std::int64_t> false_positives(protocols.size() * backends.size(), 0);
     for (unsigned rep = 0; rep <= repetitions; ++rep) {
       const double load = arena.execute([&] { return ceiling.run(); });
       if (rep > 0) load_times.push_back(load);
@@ -315,6 +328,10 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           const double query_absent = arena.execute(
               [&] { return seconds_of([&] { done = filter.query(absent, answers, backend); }); });
           if (!done) return std::unexpected(done.error());
+          if (rep == repetitions) {
+            false_positives[p * backends.size() + b] = static_cast<std::int64_t>(
+                std::ranges::count(answers, Answer::kMaybe));
+          }
           const double query_present = arena.execute(
               [&] { return seconds_of([&] { done = filter.query(present, answers, backend); }); });
           if (!done) return std::unexpected(done.error());
@@ -347,6 +364,7 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
     }
     for (std::size_t p = 0; p < protocols.size(); ++p) {
       const double fill = filters[p].fill_ratio();
+      const double estimated_fpp = filters[p].estimate_false_positive_rate();
       for (std::size_t b = 0; b < backends.size(); ++b) {
         for (std::size_t op = 0; op < 3; ++op) {
           const std::size_t at = (p * backends.size() + b) * 3 + op;
@@ -361,6 +379,13 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           rows.push_back({std::string(to_string(backends[b])), target_of(backends[b]), protocols[p],
                           threads, scenario.name, batch, layout->bit_count, layout->hash_count,
                           kOperations[op], 1e9 / ns, ns, fraction});
+          Row& row = rows.back();
+          row.has_filter = true;
+          row.expected_item_count = scenario.n;
+          row.target_fpp = fpp;
+          row.fill_ratio = fill;
+          row.estimated_fpp = estimated_fpp;
+          if (op == 1) row.false_positives = false_positives[p * backends.size() + b];
         }
       }
     }
@@ -416,11 +441,11 @@ int run_bench(const BenchOptions& options) {
   for (const auto& scenario : kScenarios) {
     if (options.scenario != "all" && options.scenario != scenario.name) continue;
     if (!options.json) {
-      std::fprintf(stderr, "abf bench: %s (n = %s, p = 0.01)...\n", scenario.name,
-                   with_commas(scenario.n).c_str());
+      std::fprintf(stderr, "abf bench: %s (n = %s, p = %g)...\n", scenario.name,
+                   with_commas(scenario.n).c_str(), options.fpp);
     }
     if (auto done = run_scenario(scenario, protocols, backends, thread_counts, options.repetitions,
-                                 copy_rate, rows);
+                                 options.fpp, copy_rate, rows);
         !done) {
       return report("bench", done.error());
     }
@@ -442,10 +467,27 @@ int run_bench(const BenchOptions& options) {
                          {"items_per_second", row.items_per_second},
                          {"ns_per_item", row.ns_per_item},
                          {"fraction_of_ceiling", row.fraction_of_ceiling}});
-      if (row.prefetch_distance >= 0) results.back()["prefetch_distance"] = row.prefetch_distance;
+      auto& json_row = results.back();
+      if (row.prefetch_distance >= 0) json_row["prefetch_distance"] = row.prefetch_distance;
+      if (row.has_filter) {
+        json_row["expected_item_count"] = row.expected_item_count;
+        json_row["target_fpp"] = row.target_fpp;
+        json_row["bits_per_key"] =
+            static_cast<double>(row.bit_count) / static_cast<double>(row.expected_item_count);
+        json_row["fill_ratio"] = row.fill_ratio;
+        json_row["estimated_fpp"] = row.estimated_fpp;
+      }
+      if (row.false_positives >= 0) {
+        json_row["false_positives"] = row.false_positives;
+        json_row["observed_fpp"] =
+            static_cast<double>(row.false_positives) / static_cast<double>(row.items);
+      }
     }
-    const nlohmann::json out = {
-        {"cpu", cpu_name()}, {"simd_target", simd_target_name()}, {"results", results}};
+    const nlohmann::json out = {{"cpu", cpu_name()},
+                                {"simd_target", simd_target_name()},
+                                {"hardware_threads", hardware_threads()},
+                                {"repetitions", options.repetitions},
+                                {"results", results}};
     std::cout << out.dump(2) << '\n';
   } else {
     std::printf("cpu: %s, SIMD target: %s\n", cpu_name().c_str(), simd_target_name().c_str());
@@ -459,24 +501,29 @@ Command add_bench_command(CLI::App& root) {
   CLI::App* app =
       root.add_subcommand("bench", "Measure build and query throughput of every backend here");
   app->footer(
-      "Scenarios (p = 0.01, uniformly random digests): l2 n = 100,000; llc n = 10,000,000;\n"
-      "dram n = 100,000,000. Operations: build (min(n, 4Mi) members into a fresh filter of\n"
-      "the scenario's size), query_absent and query_present (min(n, 4Mi) digests), each the\n"
-      "median of --repetitions runs. random_line rows are the machine's ceiling: independent\n"
-      "random 64-byte-line reads over a buffer of the filter's size, allocated like the\n"
-      "filter, with software prefetch the best of 0..1024 reads ahead (prefetch_distance);\n"
-      "`ceiling` = lines needed (absent 1/(1-fill), present and build k) x ns per line / ns\n"
-      "per item. random_load rows (plain random 64-bit loads, no prefetch) are the ceiling of\n"
-      "earlier versions, kept for comparison; their `ceiling` column is line / load time.\n"
+      "Scenarios (p = 0.01 or --fpp, uniformly random digests): l2 n = 100,000;\n"
+      "llc n = 10,000,000; dram n = 100,000,000. Operations: build (min(n, 4Mi) members\n"
+      "into a fresh filter of the scenario's size), query_absent and query_present\n"
+      "(min(n, 4Mi) digests), each the median of --repetitions runs. random_line rows\n"
+      "are the machine's ceiling: independent random 64-byte-line reads over a buffer of\n"
+      "the filter's size, allocated like the filter, with software prefetch the best of\n"
+      "0..1024 reads ahead (prefetch_distance); `ceiling` = lines needed (absent\n"
+      "1/(1-fill), present and build k) x ns per line / ns per item. random_load rows\n"
+      "(plain random 64-bit loads, no prefetch) are the ceiling of earlier versions, kept\n"
+      "for comparison; their `ceiling` column is line / load time.\n"
       "For cuda rows the ceiling is the h2d_copy row instead: digests per second a pinned\n"
       "host-to-device copy carries (their digests start in host memory).\n"
-      "Without --threads every case runs at 1 thread and at all cores. --protocol 2 runs\n"
+      "Without --threads every case runs at 1 thread and at every core. --protocol 2 runs\n"
       "keyed filters (hashProtocolVersion 2: SipHash-2-4-128 of every digest, under a fixed\n"
       "benchmark key); all runs both, interleaved, so their ratio is measured side by side.\n"
+      "--json rows of a filter also carry its bits_per_key, fill_ratio and estimated_fpp;\n"
+      "query_absent rows the observed_fpp (false_positives of the non-members asked).\n"
+      "scripts/plots draws PNGs from one or more --json outputs (one per machine).\n"
       "Examples:\n"
       "  abf bench --scenario l2\n"
       "  abf bench --scenario llc --protocol all --threads 1\n"
-      "  abf bench --scenario dram --backend simd --threads 1 --json");
+      "  abf bench --scenario dram --backend simd --threads 1 --json\n"
+      "  abf bench --scenario l2 --fpp 0.001 --repetitions 1 --json > l2-p0.001.json");
   app->add_option("--scenario", options->scenario, "l2, llc, dram or all (default all)")
       ->check(CLI::IsMember({"l2", "llc", "dram", "all"}));
   std::vector<std::string> backend_choices{"all"};
@@ -490,8 +537,15 @@ Command add_bench_command(CLI::App& root) {
       ->check(CLI::IsMember({"1", "2", "all"}));
   app->add_option("--repetitions", options->repetitions, "Timed runs per case (default 5)")
       ->check(CLI::Range(1u, 1000u));
+  app->add_option("--fpp,-p", options->fpp,
+                  "Target false-positive rate of every scenario's filter (default 0.01)")
+      ->check(CLI::Range(1e-9, 0.5));
   app->add_flag("--json", options->json, "Print one JSON object instead of a table");
-  add_threads_option(*app, options->threads);
+  // Not add_threads_option: the default here is two thread counts.
+  app->add_option("--threads", options->threads,
+                  "Worker threads of every case (default: each case at 1 thread and at every\n"
+                  "core)")
+      ->check(CLI::Range(1u, 4096u));
   return {app, [options] { return run_bench(*options); }};
 }
 

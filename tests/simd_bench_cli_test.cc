@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -46,6 +47,47 @@ TEST(SimdBenchCli, JsonHasEveryFieldBackendAndOperation) {
     }
   }
   EXPECT_TRUE(seen.count({"memory", "random_load"}));
+}
+
+// What scripts/plots draws the false-positive picture from: every filter row
+// names its spec and bits per key, every query_absent row the false positives
+// it saw, near the target.
+TEST(SimdBenchCli, JsonCarriesTheFalsePositiveRateAndBitsPerKey) {
+  for (const double fpp : {0.01, 0.001}) {
+    const CliRun run = run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions 1 " +
+                               std::string(fpp == 0.01 ? "" : "--fpp 0.001 ") + "--json");
+    ASSERT_EQ(run.status, 0) << run.err;
+    const auto json = nlohmann::json::parse(run.out);
+    EXPECT_GE(json.at("hardware_threads").get<int>(), 1);
+    EXPECT_EQ(json.at("repetitions"), 1);
+    int absent_rows = 0;
+    for (const auto& row : json.at("results")) {
+      if (row.at("backend") == "memory") {
+        EXPECT_FALSE(row.contains("target_fpp")) << row.dump();
+        continue;
+      }
+      EXPECT_EQ(row.at("expected_item_count"), 100000);
+      EXPECT_DOUBLE_EQ(row.at("target_fpp").get<double>(), fpp);
+      EXPECT_DOUBLE_EQ(row.at("bits_per_key").get<double>(),
+                       row.at("bit_count").get<double>() / 100000.0);
+      EXPECT_NEAR(row.at("fill_ratio").get<double>(), 0.5, 0.05);
+      EXPECT_NEAR(row.at("estimated_fpp").get<double>(), fpp, fpp * 0.2);
+      if (row.at("operation") == "query_absent") {
+        ++absent_rows;
+        const auto false_positives = row.at("false_positives").get<std::int64_t>();
+        EXPECT_DOUBLE_EQ(row.at("observed_fpp").get<double>(),
+                         static_cast<double>(false_positives) / 100000.0);
+        // 100,000 non-members: 1,000 or 100 false positives expected.
+        EXPECT_NEAR(row.at("observed_fpp").get<double>(), fpp, fpp * 0.4) << row.dump();
+      } else {
+        EXPECT_FALSE(row.contains("observed_fpp")) << row.dump();
+      }
+    }
+    EXPECT_EQ(absent_rows, 1);
+    if (fpp == 0.001) {
+      EXPECT_EQ(json.at("results").at(0).at("bit_count"), 1437824);  // n = 100,000, p = 0.001
+    }
+  }
 }
 
 TEST(SimdBenchCli, DefaultReportsOneThreadAndAllCores) {
