@@ -145,6 +145,25 @@ TEST(ServeBody, Json) {
   EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, body.dump(), 2).error().status, 413);
 }
 
+// Found by fuzz_serve_request in a configuration file (regression input
+// fuzz/corpus/serve_request/regression-json-number-overflow; the same in a
+// body: regression-json-body-number-overflow, made by hand): JSON with a
+// number past a double's range (1e400) made nlohmann-json throw
+// out_of_range, not parse_error; nothing caught it, so a find-missing body
+// was answered 500 internal_error by the HTTP front and a configuration
+// file killed `abf serve` with std::terminate.
+TEST(ServeBody, JsonNumberOutOfRangeIsInvalidJson) {
+  for (const std::string body :
+       {R"({"digests": [1e400]})", R"({"digests": [], "n": -1e3080})", "1e400"}) {
+    const auto refused = parse_find_missing_body(BodyEncoding::kJson, body, 3);
+    ASSERT_FALSE(refused) << body;
+    EXPECT_EQ(refused.error().status, 400) << body;
+    EXPECT_EQ(refused.error().code, "invalid_json") << body;
+    EXPECT_NE(refused.error().message.find("out of range"), std::string::npos)
+        << refused.error().message;
+  }
+}
+
 TEST(ServeBody, AnswersRoundTrip) {
   const auto d = test::member_digests(3);
   EXPECT_EQ(encode_missing(BodyEncoding::kBinary, d, 7), binary_of(d));
@@ -242,6 +261,22 @@ TEST(ServeConfig, NamesEveryMistake) {
             std::string::npos);
   EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "backend": "gpu9"})").find("backend"),
             std::string::npos);
+}
+
+// The same finding as ServeBody.JsonNumberOutOfRangeIsInvalidJson, in a
+// configuration file: an error naming the file, not std::terminate.
+TEST(ServeConfig, NumberOutOfRangeIsAnError) {
+  const std::string tenant = R"({"name": "a", "snapshot": "a.abf", "db": "a.db"})";
+  for (const std::string& text : {R"({"listen": 1e3080, "tenants": [)" + tenant + "]}",
+                                 R"({"tenants": [)" + tenant + R"(], "http_threads": 1e400})"}) {
+    const auto config = parse_server_config(text, "abf.json", "/base");
+    ASSERT_FALSE(config) << text;
+    EXPECT_EQ(config.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(config.error().message.find("abf.json: "), std::string::npos)
+        << config.error().message;
+    EXPECT_NE(config.error().message.find("out of range"), std::string::npos)
+        << config.error().message;
+  }
 }
 
 TEST(ServeTokens, ParsesScopesAndFindsTokensByHash) {

@@ -167,6 +167,9 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
     root = json::parse(text);
   } catch (const json::parse_error& error) {
     return invalid(where + ": not JSON at byte " + std::to_string(error.byte));
+  } catch (const json::out_of_range&) {
+    // A number past a double's range (1e400).
+    return invalid(where + ": a number is out of range");
   }
   if (!root.is_object()) return invalid(where + ": expected a JSON object");
   if (auto ok = only_keys(

@@ -244,6 +244,11 @@ RequestResult<std::vector<Digest>> parse_find_missing_body(BodyEncoding encoding
         return refuse(400, "invalid_json",
                       "JSON body: not JSON at byte " + std::to_string(error.byte) +
                           " (expected {\"digests\": [\"sha256:<hex>\", ...]})");
+      } catch (const nlohmann::json::out_of_range&) {
+        // A number past a double's range (1e400): JSON, but not readable.
+        return refuse(400, "invalid_json",
+                      "JSON body: a number is out of range"
+                      " (expected {\"digests\": [\"sha256:<hex>\", ...]})");
       }
       if (!json.is_object() || !json.contains("digests") || !json["digests"].is_array()) {
         return refuse(400, "invalid_request",

@@ -116,7 +116,8 @@ std::string_view content_type_of(BodyEncoding encoding) noexcept;
 //           offset of the cut record is named)
 //   text    "invalid_digest": a line that parse_digest_line refuses (its
 //           line number); blank lines are skipped
-//   json    "invalid_json" (not JSON: the byte offset), "invalid_request"
+//   json    "invalid_json" (not JSON: the byte offset; or a number out of
+//           a double's range, such as 1e400), "invalid_request"
 //           (not an object with a "digests" array of strings), or
 //           "invalid_digest" (an entry that is not "sha256:<64 hex>" or
 //           bare hex: its index)
