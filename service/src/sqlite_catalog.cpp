@@ -538,6 +538,19 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   if (std::filesystem::is_directory(status)) {
     return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": is a directory");
   }
+  // SQLite opens whatever the name is: a FIFO made every reader wait
+  // forever for a writer, and a device (/dev/null) read as an empty
+  // database. A link is followed (status), to what it names.
+  if (!std::filesystem::is_regular_file(status)) {
+    const auto kind = status.type();
+    const char* what = kind == std::filesystem::file_type::fifo        ? "a FIFO"
+                       : kind == std::filesystem::file_type::character ? "a character device"
+                       : kind == std::filesystem::file_type::block     ? "a block device"
+                       : kind == std::filesystem::file_type::socket    ? "a socket"
+                                                                       : "not a regular file";
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": is " + std::string(what) +
+                                         ", not a database file");
+  }
   auto state = std::make_unique<State>();
   state->path = path;
   state->options = options;
