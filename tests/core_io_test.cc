@@ -40,9 +40,11 @@ struct Hooks {
   bool recording = false;
   std::vector<std::string> events;  // "fsync file", "fsync dir", "rename"
   std::atomic<int> umask_calls{0};
-  // pread: at the first read at this offset, truncate the file to this size.
+  // pread: at the first read at this offset (after passing over this many
+  // more reads there), truncate the file to this size.
   std::atomic<long> truncate_at_offset{-1};
   std::atomic<long> truncate_to{0};
+  std::atomic<int> truncate_skip{0};
   // getrandom: fill with this byte instead, this many more times.
   std::atomic<int> fixed_random_calls{0};
   std::atomic<int> fixed_random_byte{0};
@@ -74,7 +76,8 @@ extern "C" mode_t umask(mode_t mask) noexcept {
 }
 
 extern "C" ssize_t pread(int fd, void* buffer, size_t size, off_t offset) {
-  if (offset == hooks.truncate_at_offset.load()) {
+  if (offset == hooks.truncate_at_offset.load() && hooks.truncate_skip.fetch_sub(1) <= 0) {
+    hooks.truncate_skip.store(0);
     hooks.truncate_at_offset.store(-1);
     // Another process would do this; the effect on this read is the same.
     // (The reader's descriptor is read-only: truncate through a new one.)
@@ -505,6 +508,44 @@ TEST_F(IoFiles, DigestReaderRefusesAFileThatShrinksWhileRead) {
   ASSERT_FALSE(got.has_value()) << "the cut file read as a complete, shorter input";
   EXPECT_EQ(got.error().code, ErrorCode::kIo);
   EXPECT_NE(got.error().message.find("shrank"), std::string::npos) << got.error().message;
+}
+
+TEST_F(IoFiles, BinaryDigestReaderRefusesAFileThatShrinksWhileRead) {
+  // 3 MiB of records, cut to 1.5 MiB (a whole number of records, so only
+  // the size it had when opened tells it was cut) after the first read.
+  const auto digests = test::random_digests(98'304, 8);
+  std::string bytes;
+  for (const auto& d : digests) bytes.append(reinterpret_cast<const char*>(d.bytes.data()), 32);
+  write_text(file("shrinking.bin"), bytes);
+  auto reader = DigestReader::open(file("shrinking.bin"), InputFormat::kBinary);
+  ASSERT_TRUE(reader.has_value());
+  std::vector<Digest> chunk(1000);
+  ASSERT_EQ(reader->read(chunk).value(), 1000u);
+  fs::resize_file(file("shrinking.bin"), 3 << 19);
+  Result<std::size_t> got = chunk.size();
+  while (got && *got > 0) got = reader->read(chunk);
+  ASSERT_FALSE(got.has_value()) << "the cut file read as a complete, shorter input";
+  EXPECT_EQ(got.error().code, ErrorCode::kIo);
+  EXPECT_NE(got.error().message.find("shrank"), std::string::npos) << got.error().message;
+}
+
+TEST_F(IoFiles, LoadFilterSetRefusesAManifestThatShrinksWhileRead) {
+  auto set = build_filter_set(test::random_digests(100, 9), {1000, 0.01}, 2);
+  ASSERT_TRUE(set.has_value()) << set.error().describe();
+  const fs::path path = file("shrinking.abfs");
+  ASSERT_TRUE(save_filter_set(*set, path).has_value());
+  ASSERT_TRUE(load_filter_set(path).has_value());
+  // Cut to 64 bytes as its whole is read: the third read at offset 0, after
+  // the magic (which tells a manifest from a snapshot) and the header, whose
+  // size the file then had.
+  hooks.truncate_to.store(64);
+  hooks.truncate_skip.store(2);
+  hooks.truncate_at_offset.store(0);
+  const auto loaded = load_filter_set(path);
+  hooks.truncate_at_offset.store(-1);
+  ASSERT_FALSE(loaded.has_value());
+  EXPECT_EQ(loaded.error().code, ErrorCode::kSetManifestTruncated) << loaded.error().describe();
+  EXPECT_NE(loaded.error().message.find("shrank"), std::string::npos) << loaded.error().message;
 }
 
 TEST_F(IoFiles, LoadSnapshotRefusesAFileThatShrinksWhileRead) {
