@@ -43,7 +43,8 @@ Result<void> collect(DistinctDigests& distinct, Collected& out, std::size_t chun
 }
 
 TEST(DistinctDigests, MergesSpilledRunsIntoAscendingDistinctDigests) {
-  const fs::path dir = test::make_temp_dir("abf-distinct");
+  const test::TempDir temp("abf-distinct");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   // Runs of 1,000: about 60 of them spill to the temporary file, and the
   // last stays in memory.
   for (const std::size_t distinct_count : {1u, 999u, 1000u, 1001u, 20'000u, 60'000u}) {
@@ -67,7 +68,6 @@ TEST(DistinctDigests, MergesSpilledRunsIntoAscendingDistinctDigests) {
   }
   // The temporary file had no name: nothing is left in the folder.
   EXPECT_TRUE(fs::is_empty(dir));
-  fs::remove_all(dir);
 }
 
 TEST(DistinctDigests, SmallInputStaysInMemory) {
@@ -91,7 +91,8 @@ TEST(DistinctDigests, UnusableTemporaryFolderIsAClearError) {
 }
 
 TEST(DistinctDigests, SinkErrorsStopTheMerge) {
-  const fs::path dir = test::make_temp_dir("abf-distinct");
+  const test::TempDir temp("abf-distinct");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   DistinctDigests distinct(dir.string(), 1000);
   ASSERT_TRUE(distinct.add(test::random_digests(10'000, 5)).has_value());
   std::size_t calls = 0;
@@ -104,7 +105,6 @@ TEST(DistinctDigests, SinkErrorsStopTheMerge) {
   ASSERT_FALSE(finished.has_value());
   EXPECT_EQ(finished.error().code, ErrorCode::kCapacityExceeded);
   EXPECT_EQ(calls, 1u);
-  fs::remove_all(dir);
 }
 
 TEST(DigestSet, KeepsEachDigestOnceAcrossGrowth) {

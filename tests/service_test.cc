@@ -116,7 +116,8 @@ TEST(ServiceTest, AnswersEqualTheExactStoreWithAndWithoutTheFilter) {
 
 // The same through the SQLite catalog, with bulk_dedup.
 TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
-  const fs::path dir = test::make_temp_dir("abf-service-test");
+  const test::TempDir temp("abf-service-test");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   {
     auto catalog = SqliteCatalog::create(dir / "catalog.db");
     ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
@@ -171,7 +172,6 @@ TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
       }
     }
   }
-  fs::remove_all(dir);
 }
 
 // Added at 43, snapshot of 42: a query at 43 never gets `absent` from the
@@ -295,7 +295,8 @@ TEST(ServiceTest, UnboundStoreChecksNoCatalog) {
 // bulk_dedup refuses a foreign snapshot before reading any input, so
 // nothing is ever emitted: no partial output.
 TEST(ServiceTest, BulkDedupRefusesAForeignSnapshotBeforeEmittingAnything) {
-  const fs::path dir = test::make_temp_dir("abf-service-test");
+  const test::TempDir temp("abf-service-test");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   {
     auto catalog = SqliteCatalog::create(dir / "catalog.db");
     ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
@@ -347,7 +348,6 @@ TEST(ServiceTest, BulkDedupRefusesAForeignSnapshotBeforeEmittingAnything) {
     EXPECT_EQ(emitted, 0u);
     EXPECT_EQ(report->counts.present, members.size());
   }
-  fs::remove_all(dir);
 }
 
 TEST(ServiceTest, MalformedDigestIsAnErrorNeverAbsent) {

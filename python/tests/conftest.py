@@ -6,12 +6,30 @@ import hashlib
 import os
 import pathlib
 import shutil
+import tempfile
 
 import numpy as np
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 DATA = pathlib.Path(os.environ.get("ABF_TEST_DATA", HERE.parent.parent / "tests" / "data"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """tmp_path folders go under a folder of this run's own, removed when it
+    ends: by default pytest keeps the last three runs' in
+    $TMPDIR/pytest-of-<user>. (Runs before pytest's own configure hook,
+    which reads --basetemp; a --basetemp given on the command line stands.)"""
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="abf-pytest-")
+        config.abf_own_basetemp = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    own = getattr(config, "abf_own_basetemp", None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def sha256_rows(texts) -> np.ndarray:

@@ -23,10 +23,13 @@ CATALOG_ID = "0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def client():
+def client(tmp_path_factory):
+    # The workers' folder (dask-worker-space) under the run's tmp_path, not
+    # in $TMPDIR, where it would stay.
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=None, silence_logs=logging.ERROR,
-                                       death_timeout=120)
+                                       death_timeout=120,
+                                       local_directory=str(tmp_path_factory.mktemp("dask")))
     client = distributed.Client(cluster, timeout=120)
     client.wait_for_workers(2, timeout=120)
     yield client
