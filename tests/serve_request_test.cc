@@ -279,6 +279,19 @@ TEST(ServeConfig, NumberOutOfRangeIsAnError) {
   }
 }
 
+// A whole number wider than its field is an error, never cut to its low
+// bits (4294967297 read as 1 thread).
+TEST(ServeConfig, WholeNumberTooLargeForItsFieldIsAnError) {
+  const std::string tenant = R"({"name": "a", "snapshot": "a.abf", "db": "a.db"})";
+  const auto config = parse_server_config(
+      R"({"tenants": [)" + tenant + R"(], "http_threads": 4294967297})", "abf.json", "/base");
+  ASSERT_FALSE(config);
+  EXPECT_EQ(config.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(config.error().message.find("http_threads: 4294967297 is too large"),
+            std::string::npos)
+      << config.error().message;
+}
+
 TEST(ServeTokens, ParsesScopesAndFindsTokensByHash) {
   const std::string text =
       "# tokens\n"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -49,7 +50,12 @@ Result<void> read_field(const json& object, const char* key, T& out, const std::
     if (!value.is_number_unsigned()) {
       return invalid(where + "." + key + ": expected a whole number >= 0");
     }
-    out = static_cast<T>(value.get<std::uint64_t>());
+    const std::uint64_t whole = value.get<std::uint64_t>();
+    if (whole > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
+      return invalid(where + "." + key + ": " + std::to_string(whole) + " is too large (at most " +
+                     std::to_string(std::numeric_limits<T>::max()) + ")");
+    }
+    out = static_cast<T>(whole);
   }
   return {};
 }
