@@ -805,14 +805,16 @@ Result<CatalogStats> SqliteCatalog::stats() {
   return stats;
 }
 
-Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
-                                         const BloomSpec& spec, const std::optional<Key>& key,
-                                         Backend backend) {
-  BuildOptions options;
-  options.catalog_version = catalog_version;
-  options.catalog_id = catalog.catalog_id().value_or(CatalogId{});
-  options.key = key;
-  auto builder = FilterBuilder::create(spec, options);
+namespace {
+
+// Fills `builder` (a FilterBuilder or FilterSetBuilder made from
+// options_for(catalog, ...)) with the catalog's digests at `catalog_version`
+// and finishes it: refused for a catalog without an id, or one holding more
+// digests than the spec expects.
+template <class Builder>
+auto fill_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                       const BloomSpec& spec, Result<Builder> builder, Backend backend)
+    -> decltype(std::move(*builder).finish()) {
   if (!builder) return std::unexpected(builder.error());
   if (!catalog.catalog_id()) {
     return fail(ErrorCode::kCatalog,
@@ -834,6 +836,25 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
       catalog_version, [&](std::span<const Digest> chunk) { return builder->add(chunk, backend); });
   if (!walked) return std::unexpected(walked.error());
   return std::move(*builder).finish();
+}
+
+BuildOptions options_for(const SqliteCatalog& catalog, std::uint64_t catalog_version,
+                         const std::optional<Key>& key) {
+  BuildOptions options;
+  options.catalog_version = catalog_version;
+  options.catalog_id = catalog.catalog_id().value_or(CatalogId{});
+  options.key = key;
+  return options;
+}
+
+}  // namespace
+
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, const std::optional<Key>& key,
+                                         Backend backend) {
+  return fill_from_catalog(catalog, catalog_version, spec,
+                           FilterBuilder::create(spec, options_for(catalog, catalog_version, key)),
+                           backend);
 }
 
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
@@ -845,32 +866,10 @@ Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
                                                 std::uint64_t catalog_version,
                                                 const BloomSpec& spec, std::uint32_t shard_count,
                                                 const std::optional<Key>& key, Backend backend) {
-  BuildOptions options;
-  options.catalog_version = catalog_version;
-  options.catalog_id = catalog.catalog_id().value_or(CatalogId{});
-  options.key = key;
-  auto builder = FilterSetBuilder::create(spec, shard_count, options);
-  if (!builder) return std::unexpected(builder.error());
-  if (!catalog.catalog_id()) {
-    return fail(ErrorCode::kCatalog,
-                "catalog " + catalog.path().string() +
-                    ": schema 1, opened read-only, has no catalog id yet, so its snapshot would "
-                    "belong to no catalog; run `abf catalog upgrade --db " +
-                    catalog.path().string() + "` first");
-  }
-  auto count = catalog.count_at_version(catalog_version);
-  if (!count) return std::unexpected(count.error());
-  if (*count > spec.expected_item_count) {
-    return fail(ErrorCode::kCapacityExceeded, "catalog " + catalog.path().string() + " holds " +
-                                                  std::to_string(*count) + " digests at version " +
-                                                  version_text(catalog_version) +
-                                                  ", more than the expected item count " +
-                                                  std::to_string(spec.expected_item_count));
-  }
-  auto walked = catalog.for_each_digest_at_version(
-      catalog_version, [&](std::span<const Digest> chunk) { return builder->add(chunk, backend); });
-  if (!walked) return std::unexpected(walked.error());
-  return std::move(*builder).finish();
+  return fill_from_catalog(
+      catalog, catalog_version, spec,
+      FilterSetBuilder::create(spec, shard_count, options_for(catalog, catalog_version, key)),
+      backend);
 }
 
 }  // namespace abf::service
