@@ -377,10 +377,9 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
   return maybe;
 }
 
-// AVX-512 gathers: the compaction rounds of filters of kPrefetchMinBytes
-// and more in vectors (VectorRound). Elsewhere the scalar round: AVX2's
-// gathers and the emulated ones lose to scalar loads, and at l2 the vector
-// round measured 4% slower in the engine (docs/performance.md, issue 17).
+// AVX-512 gathers: the compaction rounds in vectors (VectorRound), at every
+// filter size. Elsewhere the scalar round: AVX2's gathers and the emulated
+// ones lose to scalar loads (docs/performance.md, issue 17).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 inline constexpr bool kVectorRounds = true;
 #else
@@ -394,8 +393,13 @@ inline constexpr bool kVectorRounds = false;
 // stores write whole vectors at `kept` <= t, over entries already loaded.
 // Measured in the engine, one thread, AVX3_DL (abf bench, medians of four
 // alternating runs): llc query_absent 7.10 -> 6.56 ns, query_present
-// 12.19 -> 11.59 ns; dram unchanged (10.1 / 10.0 ns); l2 4.66 -> 4.83 ns,
-// so small filters keep the scalar round.
+// 12.19 -> 11.59 ns; dram unchanged (10.1 / 10.0 ns). At l2, BM_ProbeQuery
+// (the filter resident, medians of 7, four alternating runs) 3.15-3.29 ->
+// 2.57-2.82 ns; the 4% loss first measured there was abf bench timing one
+// 0.3 ms call right after a build, before the filter was back in L2.
+// Compress stores to memory: Compress and a whole-vector StoreU measured
+// 15-25% slower at l2 (Highway's table permute, and the native
+// vpcompressq into a register alike).
 HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std::uint64_t m,
                                    bool prefetch, std::size_t distance,
                                    std::uint64_t* HWY_RESTRICT state,
@@ -449,10 +453,11 @@ HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std:
 // of members), compaction no longer pays: the survivors then run their
 // remaining probes straight through, one digest at a time, without a branch.
 //
-// The loops are scalar on purpose: the bit test needs one load per probe,
-// and AVX2 / AVX-512 hardware gathers measured 3x (absent) to 7x (present)
-// slower here than these loads (docs/performance.md); the vector work is the
-// index computation.
+// On AVX-512 targets the compaction rounds run in vectors (VectorRound: a
+// gather and two compress stores per vector of probes). Elsewhere they are
+// scalar: AVX2's gathers and emulated ones measured 3x (absent) to 7x
+// (present) slower here than scalar loads (docs/performance.md). The
+// straight finish is scalar everywhere.
 template <class Hash>
 HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
                            const simd::ModConstants& constants, const Digest* digests,
@@ -499,7 +504,7 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
         hwy::Prefetch(words + ((state[t] & kPositionMask) >> 6));
       }
     }
-    if (kVectorRounds && prefetch) {
+    if (kVectorRounds) {
       const std::size_t kept = VectorRound(words, m, prefetch, distance, state, step, active);
       ++round;
       active = kept;
@@ -528,7 +533,7 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
   if (round < k && active != 0) {
     const std::size_t maybe = FinishStraight(words, m, k - round, prefetch, /*contiguous=*/false,
                                              state, step, active, answers, block,
-                                             /*step_by_slot=*/kVectorRounds && prefetch);
+                                             /*step_by_slot=*/kVectorRounds);
     members = 4 * maybe > 3 * count;
     return;
   }
