@@ -53,6 +53,7 @@
 #include "abf/layout.hpp"
 #include "kernels.hpp"
 #include "probe_simd.h"
+#include "scenario_filter.hpp"
 #include "workload.hpp"
 
 #if defined(__SSE2__)
@@ -64,11 +65,7 @@ namespace {
 using abf::Answer;
 using abf::Digest;
 
-using abf::workload::kAbsentSeed;
-using abf::workload::kBatch;
-using abf::workload::kMemberSeed;
 using abf::workload::kScenarios;
-using abf::workload::kTargetFpp;
 
 // ---------------------------------------------------------------------------
 // The partitioned query.
@@ -490,66 +487,38 @@ void partitioned_query(const abf::probe::FilterView& view, const Digest* digests
 // Fixture: the llc and dram filters of probe_bench.cc, rebuilt here (its
 // helpers are internal to that file), and the scalar reference's answers.
 
-void fill_digests(std::uint64_t seed, std::uint64_t first, std::size_t count, Digest* out) {
-  for (std::size_t i = 0; i < count; ++i) out[i] = abf::workload::digest_at(seed, first + i);
-}
-
+// The scenario's filter and batches, with a batch mixing members and
+// non-members and the scalar reference's answers to all three.
 struct Fixture {
-  abf::Layout layout;
-  std::shared_ptr<std::uint64_t> words;
-  std::vector<Digest> present;  // the first kBatch members
-  std::vector<Digest> absent;   // kBatch non-members
-  std::vector<Digest> mixed;    // present[i] or absent[i], at random
-  std::vector<Answer> present_expected, absent_expected, mixed_expected;  // scalar reference
+  const abf::bench::ScenarioFilter& filter;
+  std::vector<Digest> mixed;  // present[i] or absent[i], at random
+  std::vector<Answer> present_expected, absent_expected, mixed_expected;
 
-  abf::probe::FilterView view() const {
-    return abf::probe::make_view(words.get(),
-                                 abf::probe::unkeyed_scheme(layout.bit_count, layout.hash_count));
-  }
+  abf::probe::FilterView view() const { return filter.view(); }
 };
 
 const Fixture& fixture(std::size_t scenario) {
   static std::map<std::size_t, Fixture> cache;
   auto found = cache.find(scenario);
   if (found != cache.end()) return found->second;
-  Fixture f;
-  const std::uint64_t n = kScenarios[scenario].n;
-  f.layout = *abf::choose_layout({n, kTargetFpp});
-  f.words = abf::allocate_words(f.layout.bit_count / 64);
-  std::vector<Digest> chunk(std::size_t{1} << 20);
-  for (std::uint64_t begin = 0; begin < n; begin += chunk.size()) {
-    const std::size_t count =
-        static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), n - begin));
-    fill_digests(kMemberSeed, begin, count, chunk.data());
-    abf::simd::insert_batch(abf::probe::unkeyed_scheme(f.layout.bit_count, f.layout.hash_count),
-                            f.words.get(), chunk.data(), count);
-  }
-  const std::size_t batch = static_cast<std::size_t>(std::min(n, kBatch));
-  f.present.resize(batch);
-  fill_digests(kMemberSeed, 0, batch, f.present.data());
-  f.absent.resize(batch);
-  fill_digests(kAbsentSeed, 0, batch, f.absent.data());
+  Fixture f{abf::bench::scenario_filter(scenario), {}, {}, {}, {}};
+  const std::size_t batch = f.filter.present.size();
   f.mixed.resize(batch);
   for (std::size_t i = 0; i < batch; ++i) {
-    f.mixed[i] = (abf::workload::splitmix64(i) & 1) != 0 ? f.present[i] : f.absent[i];
+    f.mixed[i] =
+        (abf::workload::splitmix64(i) & 1) != 0 ? f.filter.present[i] : f.filter.absent[i];
   }
   const auto reference = [&f](const std::vector<Digest>& digests, std::vector<Answer>& out) {
     out.resize(digests.size());
     abf::scalar::query_batch(f.view(), digests.data(), digests.size(), out.data());
   };
-  reference(f.present, f.present_expected);
-  reference(f.absent, f.absent_expected);
+  reference(f.filter.present, f.present_expected);
+  reference(f.filter.absent, f.absent_expected);
   reference(f.mixed, f.mixed_expected);
   return cache.emplace(scenario, std::move(f)).first->second;
 }
 
-bool skip_dram(benchmark::State& state, std::size_t scenario) {
-  if (kScenarios[scenario].n < 100'000'000) return false;
-  const char* enabled = std::getenv("ABF_BENCH_DRAM");
-  if (enabled != nullptr && std::string(enabled) == "1") return false;
-  state.SkipWithError("dram case skipped: set ABF_BENCH_DRAM=1 (builds a 100M-digest filter)");
-  return true;
-}
+using abf::bench::skip_dram;
 
 // The first i where partitioned_query(digests[0, count)) differs from
 // expected[i], or -1.
@@ -584,8 +553,8 @@ bool check(benchmark::State& state, std::size_t scenario, const PartitionedTunin
         }
       }
     };
-    run("absent", f.absent, f.absent_expected);
-    run("present", f.present, f.present_expected);
+    run("absent", f.filter.absent, f.absent_expected);
+    run("present", f.filter.present, f.present_expected);
     run("mixed", f.mixed, f.mixed_expected);
     found = checked.emplace(key, error).first;
   }
@@ -608,7 +577,7 @@ void BM_PartitionedQuery(benchmark::State& state) {
   tuning.write_combine = state.range(5) == 1;
   if (!check(state, scenario, tuning)) return;
   const Fixture& f = fixture(scenario);
-  const auto& digests = present ? f.present : f.absent;
+  const auto& digests = present ? f.filter.present : f.filter.absent;
   const abf::probe::FilterView view = f.view();
   std::vector<Answer> answers(digests.size());
   for (auto _ : state) {
@@ -619,7 +588,7 @@ void BM_PartitionedQuery(benchmark::State& state) {
   const auto maybe = std::count(answers.begin(), answers.end(), Answer::kMaybe);
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(digests.size()));
   state.counters["fp_rate"] = static_cast<double>(maybe) / static_cast<double>(digests.size());
-  state.counters["k"] = f.layout.hash_count;
+  state.counters["k"] = f.filter.layout.hash_count;
   // One instrumented call: ns per digest of each phase.
   PhaseTimes times;
   const auto begin = std::chrono::steady_clock::now();

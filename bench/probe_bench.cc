@@ -12,9 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +21,7 @@
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
 #include "kernels.hpp"
+#include "scenario_filter.hpp"
 #include "workload.hpp"
 
 namespace {
@@ -30,55 +29,12 @@ namespace {
 using abf::Answer;
 using abf::Digest;
 
-using abf::workload::kAbsentSeed;
 using abf::workload::kBatch;
-using abf::workload::kMemberSeed;
 using abf::workload::kScenarios;
 using abf::workload::kTargetFpp;
 
-void fill_digests(std::uint64_t seed, std::uint64_t first, std::size_t count, Digest* out) {
-  for (std::size_t i = 0; i < count; ++i) out[i] = abf::workload::digest_at(seed, first + i);
-}
-
-// A filled filter per scenario, built once with the SIMD engine.
-struct Fixture {
-  abf::Layout layout;
-  std::shared_ptr<std::uint64_t> words;
-  std::vector<Digest> present;  // the first kBatch members
-  std::vector<Digest> absent;   // kBatch non-members
-};
-
-const Fixture& fixture(std::size_t scenario) {
-  static std::map<std::size_t, Fixture> cache;
-  auto found = cache.find(scenario);
-  if (found != cache.end()) return found->second;
-  Fixture f;
-  const std::uint64_t n = kScenarios[scenario].n;
-  f.layout = *abf::choose_layout({n, kTargetFpp});
-  f.words = abf::allocate_words(f.layout.bit_count / 64);
-  std::vector<Digest> chunk(std::size_t{1} << 20);
-  for (std::uint64_t begin = 0; begin < n; begin += chunk.size()) {
-    const std::size_t count =
-        static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), n - begin));
-    fill_digests(kMemberSeed, begin, count, chunk.data());
-    abf::simd::insert_batch(abf::probe::unkeyed_scheme(f.layout.bit_count, f.layout.hash_count),
-                            f.words.get(), chunk.data(), count);
-  }
-  const std::size_t batch = static_cast<std::size_t>(std::min(n, kBatch));
-  f.present.resize(batch);
-  fill_digests(kMemberSeed, 0, batch, f.present.data());
-  f.absent.resize(batch);
-  fill_digests(kAbsentSeed, 0, batch, f.absent.data());
-  return cache.emplace(scenario, std::move(f)).first->second;
-}
-
-bool skip_dram(benchmark::State& state, std::size_t scenario) {
-  if (kScenarios[scenario].n < 100'000'000) return false;
-  const char* enabled = std::getenv("ABF_BENCH_DRAM");
-  if (enabled != nullptr && std::string(enabled) == "1") return false;
-  state.SkipWithError("dram case skipped: set ABF_BENCH_DRAM=1 (builds a 100M-digest filter)");
-  return true;
-}
+using abf::bench::scenario_filter;
+using abf::bench::skip_dram;
 
 using QueryFn = void (*)(const abf::probe::FilterView&, const Digest*, std::size_t,
                          Answer*) noexcept;
@@ -91,7 +47,7 @@ void BM_ProbeQuery(benchmark::State& state) {
   if (skip_dram(state, scenario)) return;
   const bool simd = state.range(1) == 1;
   const bool present = state.range(2) == 1;
-  const Fixture& f = fixture(scenario);
+  const abf::bench::ScenarioFilter& f = scenario_filter(scenario);
   const auto& digests = present ? f.present : f.absent;
   const QueryFn query = simd ? abf::simd::query_batch : abf::scalar::query_batch;
   const abf::probe::FilterView view = abf::probe::make_view(
@@ -118,7 +74,7 @@ void BM_ProbeBuild(benchmark::State& state) {
   const auto scenario = static_cast<std::size_t>(state.range(0));
   if (skip_dram(state, scenario)) return;
   const bool simd = state.range(1) == 1;
-  const Fixture& f = fixture(scenario);
+  const abf::bench::ScenarioFilter& f = scenario_filter(scenario);
   const InsertFn insert = simd ? abf::simd::insert_batch : abf::scalar::insert_batch;
   const std::size_t word_count = f.layout.bit_count / 64;
   auto words = abf::allocate_words(word_count);
