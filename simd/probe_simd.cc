@@ -40,7 +40,9 @@ void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_
     bool members = false;  // whether the last block was mostly members
     for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
       const std::size_t n = std::min(simd::detail::kBlock, count - begin);
-      QueryBlock(view, hash, constants, digests + begin, n, answers + begin, block, members);
+      const std::size_t next = std::min(simd::detail::kBlock, count - begin - n);
+      QueryBlock(view, hash, constants, digests + begin, n, digests + begin + n, next,
+                 answers + begin, block, members);
     }
   });
 }
