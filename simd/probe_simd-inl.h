@@ -410,8 +410,8 @@ inline constexpr bool kVectorRounds = false;
 // 2.57-2.82 ns; the 4% loss first measured there was abf bench timing one
 // 0.3 ms call right after a build, before the filter was back in L2.
 // Compress stores to memory: Compress and a whole-vector StoreU measured
-// 15-25% slower at l2 (Highway's table permute, and the native
-// vpcompressq into a register alike).
+// 4x slower at l2 and 2x at llc (Highway 1.0.3's table permute), and the
+// native vpcompressq into a register 20% slower at l2.
 HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std::uint64_t m,
                                    bool prefetch, std::size_t distance,
                                    std::uint64_t* HWY_RESTRICT state,
