@@ -14,6 +14,7 @@
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
 #include "abf/filter_set.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
 #include "abf/merge.hpp"
