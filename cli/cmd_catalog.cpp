@@ -59,11 +59,11 @@ int run_init(const CatalogOptions& options) {
 // Opening for writing upgrades a schema-1 catalog (SqliteCatalog::open); this
 // command does only that, so a catalog can get its id without a change.
 int run_upgrade(const CatalogOptions& options) {
-  bool had_id = false;
+  std::int64_t schema_before = 0;
   {  // a read-only look first, closed before the writer opens
     auto before = service::SqliteCatalog::open(options.db, open_options(options, true));
     if (!before) return report("catalog upgrade", before.error());
-    had_id = before->catalog_id().has_value();
+    schema_before = before->schema_version();
   }
   auto catalog = service::SqliteCatalog::open(options.db, open_options(options, false));
   if (!catalog) return report("catalog upgrade", catalog.error());
@@ -71,10 +71,14 @@ int run_upgrade(const CatalogOptions& options) {
     return report("catalog upgrade", wrote.error());
   }
   if (!options.json) {
-    std::cerr << "abf catalog upgrade: " << options.db
-              << (had_id ? " is already at schema version " : " upgraded to schema version ")
-              << service::kCatalogSchemaVersion << "; catalog id " << catalog->catalog_id()->hex()
-              << '\n';
+    std::cerr << "abf catalog upgrade: " << options.db;
+    if (schema_before == service::kCatalogSchemaVersion) {
+      std::cerr << " is already at schema version " << service::kCatalogSchemaVersion;
+    } else {
+      std::cerr << " upgraded from schema version " << schema_before << " to "
+                << service::kCatalogSchemaVersion;
+    }
+    std::cerr << "; catalog id " << catalog->catalog_id()->hex() << '\n';
   }
   return kExitOk;
 }
@@ -135,6 +139,7 @@ int run_stats(const CatalogOptions& options) {
         {"latest_version", stats->latest_version},
         {"version_count", stats->version_count},
         {"live_artifacts", stats->live_artifacts},
+        {"fingerprint", stats->latest_fingerprint.hex()},
         {"artifact_rows", stats->artifact_rows},
         {"removed_rows", stats->removed_rows},
         {"file_bytes", stats->file_bytes},
@@ -150,6 +155,7 @@ int run_stats(const CatalogOptions& options) {
         << "latest version   " << stats->latest_version << '\n'
         << "versions         " << with_commas(stats->version_count) << '\n'
         << "live artifacts   " << with_commas(stats->live_artifacts) << '\n'
+        << "fingerprint      " << stats->latest_fingerprint.hex() << " (of the latest version)\n"
         << "artifact rows    " << with_commas(stats->artifact_rows) << " ("
         << with_commas(stats->removed_rows) << " closed by a remove)\n"
         << "file size        " << with_commas(stats->file_bytes) << " bytes\n";
@@ -186,6 +192,8 @@ Command add_catalog_command(CLI::App& root) {
       "Each catalog has a random catalog id, made by init (printed on stdout); snapshots built\n"
       "from it carry the id, and `abf dedup` refuses snapshots of any other catalog. A catalog\n"
       "made before ids (schema 1) gets one when first opened for writing (add, remove, upgrade).\n"
+      "Each version also keeps its item count and content fingerprint, which a snapshot built\n"
+      "from it carries; catalogs made before that (schema 2) compute them on that first write.\n"
       "Examples:\n"
       "  abf catalog init --db catalog.db\n"
       "  abf catalog add --db catalog.db --input digests.txt\n"
@@ -203,7 +211,7 @@ Command add_catalog_command(CLI::App& root) {
   CLI::App* stats = app->add_subcommand("stats", "Print the catalog's versions and counts");
   add_db_option(*stats, *options, "Catalog database");
   CLI::App* upgrade = app->add_subcommand(
-      "upgrade", "Bring a catalog to the current schema (a schema-1 catalog gets its id)");
+      "upgrade", "Bring a catalog to the current schema (its id, every version's count and fingerprint)");
   add_db_option(*upgrade, *options, "Catalog database");
   for (CLI::App* sub : {init, add, remove, stats, upgrade}) {
     sub->add_flag("--json", options->json,

@@ -384,6 +384,28 @@ each once.
             return unwrap(catalog.count_at_version(at));
           },
           py::arg("version") = py::none(), "Digests present at version (default: the latest).")
+      .def(
+          "content",
+          [](const PyCatalog& c, py::handle version) {
+            const auto held = c.get();
+            SqliteCatalog& catalog = *held;
+            const std::uint64_t at = version_or_latest(catalog, version);
+            Result<service::CatalogContent> content = [&] {
+              py::gil_scoped_release release;
+              return catalog.content_at_version(at);
+            }();
+            const auto kept = unwrap(std::move(content));
+            py::dict d;
+            d["version"] = at;
+            d["item_count"] = kept.item_count;
+            d["fingerprint"] = kept.fingerprint.hex();
+            return d;
+          },
+          py::arg("version") = py::none(), R"doc(
+What version (default: the latest) holds: {"version", "item_count",
+"fingerprint"}, the fingerprint as 32 hex digits (the content fingerprint a
+snapshot built from that version carries).
+)doc")
       .def("digests", &all_digests, py::arg("version") = py::none(),
            "Every digest present at version (default: the latest), ascending: (N, 32) uint8.")
       .def("build_filter", &catalog_build, py::arg("expected_items"), py::arg("fpp"),
@@ -410,6 +432,7 @@ version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
             d["latest_version"] = stats.latest_version;
             d["version_count"] = stats.version_count;
             d["live_artifacts"] = stats.live_artifacts;
+            d["fingerprint"] = stats.latest_fingerprint.hex();
             d["artifact_rows"] = stats.artifact_rows;
             d["removed_rows"] = stats.removed_rows;
             d["file_bytes"] = stats.file_bytes;

@@ -128,3 +128,43 @@ def test_dedup_equals_the_abf_command(catalog, tmp_path, abf_cli):
                          check=True, capture_output=True, text=True, timeout=120).stdout
     cli = np.array([list(bytes.fromhex(line)) for line in out.splitlines()], np.uint8)
     assert np.array_equal(abf.dedup(candidates, f, catalog), cli)
+
+
+def fingerprint_reference(digests) -> str:
+    """The content fingerprint by its definition (docs/protocol.md): the sum
+    mod 2^128 of XXH3-128 of each digest, written low 64 bits then high 64
+    bits, each little-endian; XXH3 from the system's libxxhash, not abf."""
+    import ctypes
+    import ctypes.util
+
+    class Hash128(ctypes.Structure):
+        _fields_ = [("low64", ctypes.c_uint64), ("high64", ctypes.c_uint64)]
+
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH3_128bits.restype = Hash128
+    lib.XXH3_128bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    total = 0
+    for digest in digests:
+        h = lib.XXH3_128bits(bytes(digest), 32)
+        total = (total + (h.high64 << 64 | h.low64)) % (1 << 128)
+    return ((total & (2**64 - 1)).to_bytes(8, "little") + (total >> 64).to_bytes(8, "little")).hex()
+
+
+def test_every_version_keeps_its_item_count_and_fingerprint(catalog, tmp_path):
+    a = random_digests(300, seed=40)
+    catalog.add(a)
+    catalog.remove(a[:50])
+    catalog.add(np.concatenate([a[:10], a[100:110]]))  # 10 back, 10 already present
+    assert catalog.content(version=0) == {"version": 0, "item_count": 0,
+                                          "fingerprint": "0" * 32}
+    for version in (1, 2, 3):
+        present = present_in_sqlite(tmp_path / "c.db", version)
+        content = catalog.content(version=version)
+        assert content["item_count"] == len(present)
+        assert content["fingerprint"] == fingerprint_reference(sorted(present))
+    assert catalog.content() == catalog.content(version=3)
+    assert catalog.stats()["fingerprint"] == catalog.content()["fingerprint"]
+    with abf.Catalog(tmp_path / "c.db", read_only=True) as ro:
+        assert ro.content(version=2) == catalog.content(version=2)
+    with pytest.raises(abf.InvalidArgumentError, match="does not exist"):
+        catalog.content(version=4)

@@ -20,22 +20,30 @@ bool MemoryRepository::exists_locked(const Digest& digest, std::uint64_t catalog
 std::uint64_t MemoryRepository::add(std::span<const Digest> digests) {
   const std::lock_guard lock(mutex_);
   const std::uint64_t version = ++version_;
+  CatalogContent content = contents_.back();
   for (const Digest& digest : digests) {
     auto& list = intervals_[digest];
     if (!list.empty() && list.back().removed == 0) continue;  // present already
     list.push_back({version, 0});
+    ++content.item_count;
+    content.fingerprint += ContentFingerprint::of(digest);
   }
+  contents_.push_back(content);
   return version;
 }
 
 std::uint64_t MemoryRepository::remove(std::span<const Digest> digests) {
   const std::lock_guard lock(mutex_);
   const std::uint64_t version = ++version_;
+  CatalogContent content = contents_.back();
   for (const Digest& digest : digests) {
     const auto it = intervals_.find(digest);
     if (it == intervals_.end() || it->second.back().removed != 0) continue;
     it->second.back().removed = version;
+    --content.item_count;
+    content.fingerprint -= ContentFingerprint::of(digest);
   }
+  contents_.push_back(content);
   return version;
 }
 
@@ -72,6 +80,17 @@ Result<void> MemoryRepository::exists_at_version(std::span<const Digest> digests
 Result<std::uint64_t> MemoryRepository::latest_version() {
   const std::lock_guard lock(mutex_);
   return version_;
+}
+
+Result<CatalogContent> MemoryRepository::content_at_version(std::uint64_t catalog_version) {
+  const std::lock_guard lock(mutex_);
+  if (catalog_version > version_) {
+    return fail(ErrorCode::kInvalidArgument, "memory repository: version " +
+                                                 std::to_string(catalog_version) +
+                                                 " does not exist (latest is " +
+                                                 std::to_string(version_) + ")");
+  }
+  return contents_[catalog_version];
 }
 
 std::optional<CatalogBinding> MemoryRepository::catalog_binding() const {

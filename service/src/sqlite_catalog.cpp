@@ -31,21 +31,26 @@ constexpr std::size_t kChunk = 65536;
 // walking the B-tree in key order keeps its pages hot in the CPU caches.
 constexpr std::size_t kSortThreshold = 64;
 
-// Schema 2; the catalog id is appended as the last statement's blob literal
-// (create_schema_sql).
-static_assert(kCatalogSchemaVersion == 2, "the SQL below writes schema version 2");
+// Schema 3; the catalog id is appended as the last statement's blob literal
+// (create_schema_sql). The two content columns of `versions` are declared
+// exactly as the upgrade from schema 2 adds them (kAddContentColumns), so an
+// upgraded catalog and a new one have the same columns and constraints.
+static_assert(kCatalogSchemaVersion == 3, "the SQL below writes schema version 3");
 constexpr std::string_view kCreateSchema = R"sql(
 PRAGMA application_id = 1094862403;
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;
 BEGIN;
 CREATE TABLE abf_schema (version INTEGER NOT NULL);
-INSERT INTO abf_schema (version) VALUES (2);
+INSERT INTO abf_schema (version) VALUES (3);
 CREATE TABLE versions (
   version INTEGER PRIMARY KEY,
   operation TEXT NOT NULL,
   created_unix INTEGER NOT NULL,
   added INTEGER NOT NULL DEFAULT 0,
-  removed INTEGER NOT NULL DEFAULT 0
+  removed INTEGER NOT NULL DEFAULT 0,
+  item_count INTEGER NOT NULL DEFAULT 0,
+  fingerprint BLOB NOT NULL DEFAULT X'00000000000000000000000000000000'
+    CHECK (length(fingerprint) = 16)
 );
 INSERT INTO versions (version, operation, created_unix) VALUES (0, 'init', strftime('%s', 'now'));
 CREATE TABLE artifacts (
@@ -55,9 +60,17 @@ CREATE TABLE artifacts (
   PRIMARY KEY (digest, added_version)
 ) WITHOUT ROWID;
 )sql";
-// Shared by create (schema 2) and the upgrade from schema 1.
+// Shared by create and the upgrade from schema 1.
 constexpr std::string_view kCreateCatalogTable =
     "CREATE TABLE abf_catalog (catalog_id BLOB NOT NULL CHECK (length(catalog_id) = 16));\n";
+// The upgrade from schema 2 (or 1): the columns of kCreateSchema's
+// `versions` that schema 2 lacks. Their defaults (0, the empty set's
+// fingerprint) are right for version 0 only; the upgrade computes every
+// other row before it commits.
+constexpr const char* kAddContentColumns =
+    "ALTER TABLE versions ADD COLUMN item_count INTEGER NOT NULL DEFAULT 0;\n"
+    "ALTER TABLE versions ADD COLUMN fingerprint BLOB NOT NULL DEFAULT "
+    "X'00000000000000000000000000000000' CHECK (length(fingerprint) = 16);\n";
 
 // The schema of a new catalog whose id is `id`, in one transaction.
 std::string create_schema_sql(const CatalogId& id) {
@@ -69,6 +82,9 @@ std::string create_schema_sql(const CatalogId& id) {
 
 // The schema version before catalog ids; opened, and upgraded by writers.
 constexpr std::int64_t kSchemaWithoutCatalogId = 1;
+// The schema version before per-version contents; opened, and upgraded by
+// writers.
+constexpr std::int64_t kSchemaWithoutContent = 2;
 static_assert(kApplicationId == 1094862403);
 
 // Returns the mode in force: "wal" unless the filesystem cannot (then the
@@ -85,8 +101,17 @@ constexpr const char* kCloseSql =
     "UPDATE artifacts SET removed_version = ?2 WHERE digest = ?1 AND removed_version IS NULL";
 constexpr const char* kLatestSql = "SELECT MAX(version) FROM versions";
 constexpr const char* kVersionSql =
-    "INSERT INTO versions (version, operation, created_unix, added, removed) "
-    "VALUES (?1, ?2, strftime('%s', 'now'), ?3, ?4)";
+    "INSERT INTO versions (version, operation, created_unix, added, removed, item_count, "
+    "fingerprint) VALUES (?1, ?2, strftime('%s', 'now'), ?3, ?4, ?5, ?6)";
+// Schema 3: what a version holds, as its row keeps it.
+constexpr const char* kContentSql =
+    "SELECT item_count, fingerprint FROM versions WHERE version = ?1";
+// Every interval ever recorded: the upgrade's one pass over the artifacts.
+constexpr const char* kIntervalsSql =
+    "SELECT digest, added_version, removed_version FROM artifacts";
+constexpr const char* kVersionListSql = "SELECT version FROM versions ORDER BY version";
+constexpr const char* kSetContentSql =
+    "UPDATE versions SET item_count = ?2, fingerprint = ?3 WHERE version = ?1";
 constexpr const char* kWalkSql =
     "SELECT digest FROM artifacts WHERE added_version <= ?1 "
     "AND (removed_version IS NULL OR removed_version > ?1) ORDER BY digest";
@@ -230,7 +255,8 @@ struct SqliteCatalog::State {
   Stmt insert;
   Stmt close;
   Stmt latest;
-  Stmt version;
+  Stmt version;  // schema 3 only, as is content: writers always have it
+  Stmt content;
 
   Error error(std::string_view what, int rc) const {
     return catalog_error(path, what, db.get(), rc);
@@ -316,33 +342,226 @@ struct SqliteCatalog::State {
     return std::unexpected(error("looking up " + digest.hex(), rc));
   }
 
-  // Schema 1 -> 2: a new random catalog id, in one write transaction that
-  // first re-reads the schema version (another writer may have upgraded the
-  // catalog meanwhile; then its id stands). Versions and artifacts are not
-  // touched.
-  Result<void> upgrade_to_catalog_ids() {
+  // The digest in column `column` of the current row; kCatalog if it is not
+  // 32 bytes.
+  Result<Digest> column_digest(sqlite3_stmt* stmt, int column) const {
+    const void* blob = sqlite3_column_blob(stmt, column);
+    if (blob == nullptr || sqlite3_column_bytes(stmt, column) != static_cast<int>(Digest::kSize)) {
+      return fail(ErrorCode::kCatalog,
+                  "catalog " + path.string() + ": damaged: a stored digest is not 32 bytes");
+    }
+    Digest digest;
+    std::memcpy(digest.bytes.data(), blob, Digest::kSize);
+    return digest;
+  }
+
+  // What `catalog_version` holds, computed by walking its digests (inside the
+  // caller's transaction): how a catalog of schema 1 or 2, opened read-only,
+  // answers content_at_version, and what the tests compare the kept values
+  // with.
+  Result<CatalogContent> walk_content(std::uint64_t catalog_version) {
+    auto stmt = prepare(kWalkSql);
+    if (!stmt) return std::unexpected(stmt.error());
+    sqlite3_bind_int64(stmt->get(), 1, static_cast<sqlite3_int64>(catalog_version));
+    CatalogContent content;
+    for (;;) {
+      const int rc = sqlite3_step(stmt->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return std::unexpected(error("reading digests", rc));
+      auto digest = column_digest(stmt->get(), 0);
+      if (!digest) return std::unexpected(digest.error());
+      content.fingerprint += ContentFingerprint::of(*digest);
+      ++content.item_count;
+    }
+    return content;
+  }
+
+  // Schema 3: what `catalog_version`'s row keeps (inside the caller's
+  // transaction); none when there is no such row.
+  Result<std::optional<CatalogContent>> kept_content(std::uint64_t catalog_version) {
+    sqlite3_stmt* stmt = content.get();
+    sqlite3_reset(stmt);
+    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(catalog_version));
+    const int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_DONE) {
+      sqlite3_reset(stmt);
+      return std::optional<CatalogContent>{};
+    }
+    if (rc != SQLITE_ROW) {
+      sqlite3_reset(stmt);
+      return std::unexpected(
+          error("reading the contents of version " + version_text(catalog_version), rc));
+    }
+    const void* blob = sqlite3_column_blob(stmt, 1);
+    const bool sized = blob != nullptr && sqlite3_column_bytes(stmt, 1) == 16;
+    const std::int64_t count = sqlite3_column_int64(stmt, 0);
+    CatalogContent out;
+    if (sized) {
+      std::array<std::uint8_t, 16> bytes{};
+      std::memcpy(bytes.data(), blob, bytes.size());
+      out.fingerprint = ContentFingerprint::from_bytes(bytes);
+    }
+    sqlite3_reset(stmt);
+    if (!sized || count < 0) {
+      return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": damaged: version " +
+                                           version_text(catalog_version) +
+                                           " has no valid item count and 16-byte fingerprint");
+    }
+    out.item_count = static_cast<std::uint64_t>(count);
+    return std::optional<CatalogContent>{out};
+  }
+
+  // What `catalog_version` holds (inside the caller's transaction): kept
+  // (schema 3) or walked (older, read-only). kInvalidArgument if the version
+  // does not exist yet.
+  Result<CatalogContent> content_locked(std::uint64_t catalog_version) {
+    auto latest_now = latest_version();
+    if (!latest_now) return std::unexpected(latest_now.error());
+    if (catalog_version > *latest_now) {
+      return fail(ErrorCode::kInvalidArgument, "catalog " + path.string() + ": version " +
+                                                   version_text(catalog_version) +
+                                                   " does not exist (latest is " +
+                                                   version_text(*latest_now) + ")");
+    }
+    if (schema != kCatalogSchemaVersion) return walk_content(catalog_version);
+    auto kept = kept_content(catalog_version);
+    if (!kept) return std::unexpected(kept.error());
+    if (!*kept) {
+      return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": damaged: version " +
+                                           version_text(catalog_version) + " has no row");
+    }
+    return **kept;
+  }
+
+  // Schema 1 or 2 -> 3, in one write transaction that first re-reads the
+  // schema version (another writer may have upgraded the catalog meanwhile;
+  // then its work stands). From 1: a new random catalog id. From 1 or 2: the
+  // item count and fingerprint of every version, computed from the
+  // artifacts in one pass: each interval [added, removed) adds its digest's
+  // element at `added` and subtracts it at `removed`, and a version's
+  // content is the running sum of those changes up to it. Rows of
+  // `artifacts` are not touched; of `versions`, only the two new columns.
+  Result<void> upgrade() {
     auto id = CatalogId::generate();
     if (!id) return std::unexpected(id.error());
-    if (auto begun = exec("BEGIN IMMEDIATE", "starting the upgrade to schema 2"); !begun)
+    if (auto begun = exec("BEGIN IMMEDIATE", "starting the upgrade to schema 3"); !begun)
       return begun;
     auto result = [&]() -> Result<void> {
       auto schema_now = read_schema_version(db.get(), path);
       if (!schema_now) return std::unexpected(schema_now.error());
-      if (*schema_now != kSchemaWithoutCatalogId) return {};
-      std::string sql(kCreateCatalogTable);
-      sql += "INSERT INTO abf_catalog (catalog_id) VALUES (X'" + id->hex() +
-             "');\n"
-             "UPDATE abf_schema SET version = 2;\n"
-             "PRAGMA user_version = 2;\n";
-      return exec(sql.c_str(), "upgrading to schema 2 (adding the catalog id)");
+      if (*schema_now == kCatalogSchemaVersion) return {};
+      if (*schema_now == kSchemaWithoutCatalogId) {
+        std::string sql(kCreateCatalogTable);
+        sql += "INSERT INTO abf_catalog (catalog_id) VALUES (X'" + id->hex() + "');\n";
+        if (auto ok = exec(sql.c_str(), "upgrading to schema 3 (adding the catalog id)"); !ok)
+          return ok;
+      } else if (*schema_now != kSchemaWithoutContent) {
+        return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": schema version " +
+                                             std::to_string(*schema_now) +
+                                             " changed while it was being upgraded");
+      }
+      if (auto ok = exec(kAddContentColumns, "upgrading to schema 3 (adding version contents)");
+          !ok)
+        return ok;
+      return compute_every_content();
     }();
     if (!result) {
       rollback();
       return result;
     }
-    if (auto done = exec("COMMIT", "committing the upgrade to schema 2"); !done) {
+    if (auto done = exec("UPDATE abf_schema SET version = 3; PRAGMA user_version = 3;",
+                         "upgrading to schema 3 (recording the schema version)");
+        !done) {
       rollback();
       return done;
+    }
+    if (auto done = exec("COMMIT", "committing the upgrade to schema 3"); !done) {
+      rollback();
+      return done;
+    }
+    return {};
+  }
+
+  // The upgrade's pass (inside its transaction): fills item_count and
+  // fingerprint of every row of `versions` from the artifacts.
+  Result<void> compute_every_content() {
+    // Runs from open(), before the persistent statements are prepared.
+    auto latest_stmt = prepare(kLatestSql);
+    if (!latest_stmt) return std::unexpected(latest_stmt.error());
+    const int latest_rc = sqlite3_step(latest_stmt->get());
+    if (latest_rc != SQLITE_ROW) {
+      return std::unexpected(error("reading the latest version", latest_rc));
+    }
+    const auto latest_now =
+        std::optional<std::uint64_t>(sqlite3_column_int64(latest_stmt->get(), 0));
+    // One change per version, 24 bytes each: a catalog of a million versions
+    // needs 24 MB here, for the length of the upgrade.
+    struct Delta {
+      ContentFingerprint fingerprint;
+      std::int64_t count = 0;
+    };
+    std::vector<Delta> deltas(*latest_now + 1);
+    auto intervals = prepare(kIntervalsSql);
+    if (!intervals) return std::unexpected(intervals.error());
+    for (;;) {
+      const int rc = sqlite3_step(intervals->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return std::unexpected(error("reading the artifacts", rc));
+      auto digest = column_digest(intervals->get(), 0);
+      if (!digest) return std::unexpected(digest.error());
+      const ContentFingerprint element = ContentFingerprint::of(*digest);
+      const std::int64_t added = sqlite3_column_int64(intervals->get(), 1);
+      const bool removed_null = sqlite3_column_type(intervals->get(), 2) == SQLITE_NULL;
+      const std::int64_t removed = removed_null ? 0 : sqlite3_column_int64(intervals->get(), 2);
+      const auto beyond = [&](std::int64_t v) {
+        return v < 0 || static_cast<std::uint64_t>(v) > *latest_now;
+      };
+      if (beyond(added) || (!removed_null && (beyond(removed) || removed <= added))) {
+        return fail(ErrorCode::kCatalog,
+                    "catalog " + path.string() + ": damaged: digest " + digest->hex() +
+                        " has the interval [" + std::to_string(added) + ", " +
+                        (removed_null ? std::string("open") : std::to_string(removed)) +
+                        ") outside versions 0.." + version_text(*latest_now));
+      }
+      deltas[static_cast<std::size_t>(added)].fingerprint += element;
+      ++deltas[static_cast<std::size_t>(added)].count;
+      if (!removed_null) {
+        deltas[static_cast<std::size_t>(removed)].fingerprint -= element;
+        --deltas[static_cast<std::size_t>(removed)].count;
+      }
+    }
+    // Running sums, in place: deltas[v] becomes the content of version v.
+    for (std::size_t v = 1; v < deltas.size(); ++v) {
+      deltas[v].fingerprint += deltas[v - 1].fingerprint;
+      deltas[v].count += deltas[v - 1].count;
+    }
+    auto list = prepare(kVersionListSql);
+    if (!list) return std::unexpected(list.error());
+    std::vector<std::uint64_t> versions;
+    for (;;) {
+      const int rc = sqlite3_step(list->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return std::unexpected(error("reading the versions", rc));
+      versions.push_back(static_cast<std::uint64_t>(sqlite3_column_int64(list->get(), 0)));
+    }
+    auto update = prepare(kSetContentSql);
+    if (!update) return std::unexpected(update.error());
+    for (const std::uint64_t v : versions) {
+      if (v >= deltas.size()) {  // only a negative version number, cast
+        return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                             ": damaged: a version number is negative");
+      }
+      const Delta& content = deltas[v];
+      const auto bytes = content.fingerprint.bytes();
+      sqlite3_reset(update->get());
+      sqlite3_bind_int64(update->get(), 1, static_cast<sqlite3_int64>(v));
+      sqlite3_bind_int64(update->get(), 2, content.count);
+      sqlite3_bind_blob(update->get(), 3, bytes.data(), static_cast<int>(bytes.size()),
+                        SQLITE_TRANSIENT);
+      const int rc = sqlite3_step(update->get());
+      if (rc != SQLITE_DONE) {
+        return std::unexpected(error("recording the contents of version " + version_text(v), rc));
+      }
     }
     return {};
   }
@@ -363,6 +582,15 @@ struct SqliteCatalog::State {
       if (!latest_now) return std::unexpected(latest_now.error());
       CatalogChange change;
       change.version = *latest_now + 1;
+      // The new version's content: the previous one's, plus each digest
+      // added, minus each removed (the fingerprint's algebra).
+      auto previous = kept_content(*latest_now);
+      if (!previous) return std::unexpected(previous.error());
+      if (!*previous) {
+        return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": damaged: version " +
+                                             version_text(*latest_now) + " has no row");
+      }
+      CatalogContent next_content = **previous;
       std::vector<Digest> chunk(kChunk);
       for (;;) {
         auto count = next(chunk);
@@ -387,6 +615,7 @@ struct SqliteCatalog::State {
             sqlite3_reset(stmt);
             if (rc != SQLITE_DONE) return std::unexpected(error("adding " + digest.hex(), rc));
             ++change.changed;
+            next_content.fingerprint += ContentFingerprint::of(digest);
           } else {
             sqlite3_stmt* stmt = close.get();
             sqlite3_reset(stmt);
@@ -397,6 +626,7 @@ struct SqliteCatalog::State {
             if (rc != SQLITE_DONE) return std::unexpected(error("removing " + digest.hex(), rc));
             if (sqlite3_changes(db.get()) > 0) {
               ++change.changed;
+              next_content.fingerprint -= ContentFingerprint::of(digest);
             } else {
               ++change.unchanged;
             }
@@ -409,6 +639,13 @@ struct SqliteCatalog::State {
       sqlite3_bind_text(stmt, 2, op.data(), static_cast<int>(op.size()), SQLITE_STATIC);
       sqlite3_bind_int64(stmt, 3, adding ? static_cast<sqlite3_int64>(change.changed) : 0);
       sqlite3_bind_int64(stmt, 4, adding ? 0 : static_cast<sqlite3_int64>(change.changed));
+      // A remove changes only digests that are present: never below zero.
+      next_content.item_count =
+          adding ? next_content.item_count + change.changed : next_content.item_count - change.changed;
+      const auto fingerprint = next_content.fingerprint.bytes();
+      sqlite3_bind_int64(stmt, 5, static_cast<sqlite3_int64>(next_content.item_count));
+      sqlite3_bind_blob(stmt, 6, fingerprint.data(), static_cast<int>(fingerprint.size()),
+                        SQLITE_STATIC);
       const int rc = sqlite3_step(stmt);
       sqlite3_reset(stmt);
       if (rc != SQLITE_DONE)
@@ -429,6 +666,8 @@ SqliteCatalog& SqliteCatalog::operator=(SqliteCatalog&&) noexcept = default;
 SqliteCatalog::~SqliteCatalog() = default;
 
 const std::filesystem::path& SqliteCatalog::path() const noexcept { return state_->path; }
+
+std::int64_t SqliteCatalog::schema_version() const noexcept { return state_->schema; }
 
 const std::optional<CatalogId>& SqliteCatalog::catalog_id() const noexcept {
   return state_->catalog_id;
@@ -578,38 +817,47 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
   sqlite3* db = state->db.get();
   auto schema = read_schema_version(db, path);
   if (!schema) return std::unexpected(schema.error());
-  if (!options.read_only &&
-      (*schema == kSchemaWithoutCatalogId || *schema == kCatalogSchemaVersion)) {
+  const bool known = *schema == kSchemaWithoutCatalogId || *schema == kSchemaWithoutContent ||
+                     *schema == kCatalogSchemaVersion;
+  if (!known) {
+    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": schema version " +
+                                         std::to_string(*schema) +
+                                         ", but this abf reads schema versions 1 to " +
+                                         std::to_string(kCatalogSchemaVersion));
+  }
+  if (!options.read_only) {
     if (auto wal = state->use_wal(); !wal) return std::unexpected(wal.error());
+    if (*schema != kCatalogSchemaVersion) {
+      auto upgraded = state->upgrade();
+      if (!upgraded) return std::unexpected(upgraded.error());
+      schema = kCatalogSchemaVersion;
+    }
   }
-  if (*schema == kSchemaWithoutCatalogId && !options.read_only) {
-    auto upgraded = state->upgrade_to_catalog_ids();
-    if (!upgraded) return std::unexpected(upgraded.error());
-    schema = kCatalogSchemaVersion;
-  }
-  if (*schema == kCatalogSchemaVersion) {
+  if (*schema != kSchemaWithoutCatalogId) {
     auto id = read_catalog_id(db, path);
     if (!id) return std::unexpected(id.error());
     state->catalog_id = *id;
-  } else if (*schema != kSchemaWithoutCatalogId) {
-    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": schema version " +
-                                         std::to_string(*schema) +
-                                         ", but this abf reads schema versions 1 and " +
-                                         std::to_string(kCatalogSchemaVersion));
   }
   state->schema = *schema;
   const std::string cache =
       "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
   if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok)
     return std::unexpected(ok.error());
-  for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 6>{{
+  for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 7>{{
            {&State::exists, kExistsSql},
            {&State::live, kLiveSql},
            {&State::insert, kInsertSql},
            {&State::close, kCloseSql},
            {&State::latest, kLatestSql},
            {&State::version, kVersionSql},
+           {&State::content, kContentSql},
        }}) {
+    // An older schema (read-only) lacks the content columns; its contents
+    // are walked instead (content_at_version), and it is never written.
+    if (state->schema != kCatalogSchemaVersion &&
+        (slot == &State::version || slot == &State::content)) {
+      continue;
+    }
     auto stmt = state->prepare(sql);
     if (!stmt) return std::unexpected(stmt.error());
     (*state).*slot = std::move(*stmt);
@@ -767,6 +1015,16 @@ Result<std::uint64_t> SqliteCatalog::count_at_version(std::uint64_t catalog_vers
   return static_cast<std::uint64_t>(sqlite3_column_int64(stmt->get(), 0));
 }
 
+Result<CatalogContent> SqliteCatalog::content_at_version(std::uint64_t catalog_version) {
+  const std::lock_guard lock(state_->mutex);
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  auto result = state_->content_locked(catalog_version);
+  state_->rollback();  // a read: nothing to commit
+  return result;
+}
+
 Result<CatalogStats> SqliteCatalog::stats() {
   const std::lock_guard lock(state_->mutex);
   CatalogStats stats;
@@ -795,6 +1053,9 @@ Result<CatalogStats> SqliteCatalog::stats() {
       if (!value) return std::unexpected(value.error());
       *field = *value;
     }
+    auto content = state_->content_locked(stats.latest_version);
+    if (!content) return std::unexpected(content.error());
+    stats.latest_fingerprint = content->fingerprint;
     return {};
   }();
   state_->rollback();

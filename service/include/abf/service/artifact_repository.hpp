@@ -13,6 +13,7 @@
 
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/scheme.hpp"
 
 namespace abf::service {
@@ -26,6 +27,18 @@ struct CatalogBinding {
   CatalogId id;
   // Names the catalog in error messages ("catalog /srv/catalog.db").
   std::string name;
+};
+
+// What one catalog version holds, as a snapshot built from that version
+// must carry it (docs/protocol.md, section 8): the number of digests present
+// and the content fingerprint of that set (abf/fingerprint.hpp). Two
+// catalog states with the same id and version but different contents (a
+// catalog restored from a backup and advanced again) differ here.
+struct CatalogContent {
+  std::uint64_t item_count = 0;
+  ContentFingerprint fingerprint;  // zero for the empty set
+
+  friend bool operator==(const CatalogContent&, const CatalogContent&) = default;
 };
 
 // The exact store interface. Catalog versions are integers that grow by one
@@ -49,6 +62,11 @@ class ArtifactRepository {
 
   // The newest catalog version the store knows.
   virtual Result<std::uint64_t> latest_version() = 0;
+
+  // What `catalog_version` holds: its item count and content fingerprint.
+  // kInvalidArgument if the version does not exist yet (greater than
+  // latest_version()); kCatalog when the store cannot answer.
+  virtual Result<CatalogContent> content_at_version(std::uint64_t catalog_version) = 0;
 
   // The catalog this store holds, when it names one. An
   // ArtifactExistenceService over a store that names one uses only
@@ -81,6 +99,8 @@ class MemoryRepository final : public ArtifactRepository {
   Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
                                  std::span<bool> exists) override;
   Result<std::uint64_t> latest_version() override;
+  // Kept per version, as a schema-3 SqliteCatalog keeps it.
+  Result<CatalogContent> content_at_version(std::uint64_t catalog_version) override;
   // {id, "memory catalog <id>"} when constructed with an id; none otherwise.
   std::optional<CatalogBinding> catalog_binding() const override;
 
@@ -96,6 +116,7 @@ class MemoryRepository final : public ArtifactRepository {
   mutable std::mutex mutex_;
   std::uint64_t version_ = 0;
   std::map<Digest, std::vector<Interval>> intervals_;
+  std::vector<CatalogContent> contents_{CatalogContent{}};  // [v]: version v's
 };
 
 }  // namespace abf::service

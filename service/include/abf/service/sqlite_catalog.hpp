@@ -3,22 +3,32 @@
 // nothing is ever deleted, so the catalog can answer for any past version
 // and a snapshot can be rebuilt for any of them.
 //
-// Schema (schema version 2; PRAGMA application_id 0x41424643, "ABFC"):
+// Schema (schema version 3; PRAGMA application_id 0x41424643, "ABFC"):
 //   abf_schema(version)                    one row: the schema version
 //   abf_catalog(catalog_id BLOB(16))       one row: the catalog's id (PROTOCOL.md
 //                                          section 8), random, fixed at init
-//   versions(version PRIMARY KEY, operation, created_unix, added, removed)
-//                                          one row per catalog version; 0 = init
+//   versions(version PRIMARY KEY, operation, created_unix, added, removed,
+//            item_count, fingerprint BLOB(16))
+//                                          one row per catalog version; 0 = init;
+//                                          item_count and fingerprint: what the
+//                                          version holds (CatalogContent)
 //   artifacts(digest BLOB(32), added_version, removed_version NULL,
 //             PRIMARY KEY (digest, added_version)) WITHOUT ROWID
 // A digest may have several rows (added, removed, added again); their
-// [added_version, removed_version) intervals never overlap.
+// [added_version, removed_version) intervals never overlap. A version's
+// item_count and fingerprint are written by the transaction that makes it:
+// the previous version's, plus every digest it adds, minus every digest it
+// removes (abf/fingerprint.hpp).
 //
-// Schema 1 (before catalog ids) lacks abf_catalog. Such a catalog is still
-// read, and the first connection that opens it for writing upgrades it in
-// one transaction: abf_catalog is created with a new random id and the
-// schema version becomes 2; versions and artifacts are not touched. Read-only,
-// a schema-1 catalog has no id, and no snapshot is accepted for it.
+// Older schemas are still read, and the first connection that opens one for
+// writing upgrades it to schema 3 in one transaction:
+//   schema 1 (before catalog ids) lacks abf_catalog: it gets a new random id;
+//   schema 2 (before contents) lacks item_count and fingerprint: they are
+//   added, and computed for every version in one pass over `artifacts`.
+// No row of `artifacts` changes, nor any other column of `versions`.
+// Read-only, an older catalog is left as it is: content_at_version walks
+// the version's digests, and a schema-1 catalog has no id, so no snapshot is
+// accepted for it.
 #pragma once
 
 #include <cstddef>
@@ -42,8 +52,8 @@
 
 namespace abf::service {
 
-// The schema this code writes. It also opens schema 1 (see above).
-inline constexpr std::int64_t kCatalogSchemaVersion = 2;
+// The schema this code writes. It also opens schemas 1 and 2 (see above).
+inline constexpr std::int64_t kCatalogSchemaVersion = 3;
 
 struct CatalogOpenOptions {
   // Open for reading only (SQLITE_OPEN_READONLY): add/remove then fail.
@@ -65,11 +75,12 @@ struct CatalogChange {
 
 // Catalog-wide counts (`abf catalog stats`).
 struct CatalogStats {
-  std::int64_t schema_version = 0;      // of the database as opened (1 only if read-only)
+  std::int64_t schema_version = 0;      // of the database as opened (1, 2 only if read-only)
   std::optional<CatalogId> catalog_id;  // none for a schema-1 catalog opened read-only
   std::uint64_t latest_version = 0;
   std::uint64_t version_count = 0;   // rows of `versions`, init included
   std::uint64_t live_artifacts = 0;  // present at the latest version
+  ContentFingerprint latest_fingerprint;  // of the set present at the latest version
   std::uint64_t artifact_rows = 0;   // every interval ever recorded
   std::uint64_t removed_rows = 0;    // intervals closed by a remove
   std::uint64_t file_bytes = 0;      // size of the database file
@@ -92,8 +103,9 @@ class SqliteCatalog final : public ArtifactRepository {
   // ("no such catalog"), a file that is not a SQLite database, a SQLite
   // database that is not an abf catalog, a catalog of another schema version,
   // and a database locked by another process for longer than the busy timeout.
-  // A schema-1 catalog opened for writing is upgraded to schema 2 here (it
-  // gets its catalog id); opened read-only it is left as it is.
+  // A schema-1 or schema-2 catalog opened for writing is upgraded to schema
+  // 3 here, in one transaction (see above); opened read-only it is left as
+  // it is.
   static Result<SqliteCatalog> open(const std::filesystem::path& path,
                                     const CatalogOpenOptions& options = {});
 
@@ -133,12 +145,22 @@ class SqliteCatalog final : public ArtifactRepository {
       std::size_t chunk_size = 65536);
 
   // The number of digests present at `catalog_version` (kInvalidArgument if
-  // the version does not exist yet).
+  // the version does not exist yet), counted in the artifacts.
   Result<std::uint64_t> count_at_version(std::uint64_t catalog_version);
+
+  // ArtifactRepository: the item count and fingerprint the version's row
+  // keeps (one indexed read), or, for an older schema opened read-only,
+  // computed by walking the version's digests. kInvalidArgument if the
+  // version does not exist yet; kCatalog for a damaged row.
+  Result<CatalogContent> content_at_version(std::uint64_t catalog_version) override;
 
   Result<CatalogStats> stats();
 
   const std::filesystem::path& path() const noexcept;
+
+  // The schema version of the database as opened: kCatalogSchemaVersion for
+  // a writer (it upgrades), possibly 1 or 2 for a reader.
+  std::int64_t schema_version() const noexcept;
 
   // The catalog's id, which every snapshot built from it carries. None only
   // for a schema-1 catalog opened read-only (it gets one when first opened
