@@ -173,7 +173,8 @@ Command add_serve_command(CLI::App& root) {
       "                                   {\"digests\": [\"sha256:<hex>\", ...]}; answers the\n"
       "                                   missing ones in the same encoding, in input order\n"
       "  HEAD|GET /v1/<tenant>/blobs/sha256:<hex>   200 present, 404 missing, 400 malformed\n"
-      "  GET /metrics /healthz /readyz    POST /admin/reload (an @admin token)\n"
+      "  GET /healthz /readyz             GET /metrics, /readyz's details (a @metrics or @admin\n"
+      "                                   token)   POST /admin/reload (an @admin token)\n"
       "gRPC (--grpc-listen): build.bazel.remote.execution.v2.ContentAddressableStorage/\n"
       "FindMissingBlobs, instance_name = tenant.\n"
       "Every answer is exact at the snapshot's catalog version (header X-Abf-Catalog-Version,\n"
@@ -198,7 +199,8 @@ Command add_serve_command(CLI::App& root) {
   add_key_file_option(*app, options->key_file, "open the tenant's keyed (protocol 2) snapshot");
   app->add_option("--tenant", options->tenant, "One tenant: its name in paths (default default)");
   app->add_option("--token-file", options->token_file,
-                  "Bearer tokens, mode 0600: lines \"<token> <tenant>[,<tenant>|*|@admin...]\";\n"
+                  "Bearer tokens, mode 0600: lines \"<token> <scope>[,<scope>...]\", a scope a\n"
+                  "tenant, * (every one), @metrics (read /metrics) or @admin (also reload);\n"
                   "without it, no authentication")
       ->check(not_a_stream("a token file, whose mode is checked before it is read"));
   app->add_option("--listen", options->listen,

@@ -141,7 +141,9 @@ std::string check_serve_request(std::span<const std::uint8_t> data) {
       if (tokens) {
         (void)server::find_token(*tokens, text);
         for (const auto& entry : *tokens) {
-          if (entry.tenants.empty() && !entry.admin) return "token with no scope";
+          if (entry.tenants.empty() && !entry.admin && !entry.metrics) {
+            return "token with no scope";
+          }
         }
       }
       return "";

@@ -366,5 +366,46 @@ TEST(ServeTokens, FileReadableByOthersIsRefused) {
   EXPECT_EQ(read_token_file(dir.path() / "none").error().code, ErrorCode::kIo);
 }
 
+TEST(ServeTokens, OperationsScopes) {
+  const std::string text =
+      "token-aaaaaaaaaaaaaaaa a\n"
+      "token-bbbbbbbbbbbbbbbb @metrics\n"
+      "token-cccccccccccccccc @admin,a\n";
+  auto tokens = parse_token_file(text, "tokens");
+  ASSERT_TRUE(tokens) << tokens.error().describe();
+  EXPECT_FALSE(token_may_read_operations((*tokens)[0]));
+  EXPECT_TRUE(token_may_read_operations((*tokens)[1]));
+  EXPECT_FALSE((*tokens)[1].admin);
+  EXPECT_TRUE((*tokens)[1].tenants.empty());
+  EXPECT_TRUE(token_may_read_operations((*tokens)[2]));  // @admin reads what @metrics may
+  EXPECT_TRUE(token_allows((*tokens)[2], "a"));
+  auto refused = parse_token_file("token-aaaaaaaaaaaaaaaa @ops\n", "tokens");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("@metrics or @admin"), std::string::npos);
+}
+
+TEST(ServeConfig, MetricsRelease) {
+  const std::string base = R"({"tenants": [{"name": "a", "snapshot": "a.abf", "db": "a.db"}])";
+  auto config = parse_server_config(base + "}", "c.json", "");
+  ASSERT_TRUE(config) << config.error().describe();
+  EXPECT_EQ(config->metrics_release_seconds, 60u);
+  EXPECT_EQ(config->metrics_release_min_missing, 1000u);
+  config = parse_server_config(
+      base + R"(, "metrics_release": {"interval_seconds": 5, "min_missing_digests": 20}})",
+      "c.json", "");
+  ASSERT_TRUE(config) << config.error().describe();
+  EXPECT_EQ(config->metrics_release_seconds, 5u);
+  EXPECT_EQ(config->metrics_release_min_missing, 20u);
+  auto refused = parse_server_config(base + R"(, "metrics_release": {"interval_seconds": 0}})",
+                                     "c.json", "");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("metrics_release.interval_seconds: must be at least 1"),
+            std::string::npos)
+      << refused.error().message;
+  refused = parse_server_config(base + R"(, "metrics_release": {"seconds": 5}})", "c.json", "");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("unknown key \"seconds\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace abf::server

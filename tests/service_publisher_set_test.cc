@@ -149,7 +149,8 @@ TEST_F(PublisherSetTest, GaugesSumOverTheShards) {
   EXPECT_DOUBLE_EQ(m.target_fpp, 0.05);
   const std::string text = to_prometheus(m);
   EXPECT_NE(text.find("\nartifact_bloom_shards 3\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\nartifact_bloom_bits " + std::to_string(bits) + "\n"), std::string::npos);
+  EXPECT_NE(text.find("\nartifact_bloom_size_bytes " + std::to_string(bits / 8) + "\n"),
+            std::string::npos);
   const auto json = nlohmann::json::parse(to_json(m));
   EXPECT_EQ(json["gauges"]["artifact_bloom.shard_count"].get<std::uint64_t>(), kShards);
 }

@@ -449,7 +449,7 @@ TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
   // the dotted names of section 9 stay the JSON keys below.
   const std::string text = to_prometheus(m);
   for (const char* name :
-       {"artifact_bloom_bits ", "artifact_bloom_hash_functions ", "artifact_bloom_expected_items ",
+       {"artifact_bloom_size_bytes ", "artifact_bloom_hash_functions ", "artifact_bloom_expected_items ",
         "artifact_bloom_inserted_items ", "artifact_bloom_fill_ratio ",
         "artifact_bloom_estimated_false_positive_ratio ",
         "artifact_bloom_target_false_positive_ratio ", "artifact_bloom_negative_total ",
@@ -470,6 +470,8 @@ TEST(ServiceTest, MetricsCountWhatHappenedAndRatiosFollowTheirFormulas) {
   EXPECT_EQ(json["counters"]["artifact_bloom.false_positive.count"].get<std::uint64_t>(),
             expected_fp);
   EXPECT_EQ(json["gauges"]["artifact_bloom.bit_count"].get<std::uint64_t>(), filter.bit_count());
+  EXPECT_NE(text.find("\nartifact_bloom_size_bytes " + std::to_string(filter.bit_count() / 8) + "\n"),
+            std::string::npos);
   EXPECT_DOUBLE_EQ(json["derived"]["falseDiscoveryRatio"].get<double>(), m.false_discovery_ratio());
   EXPECT_DOUBLE_EQ(json["derived"]["negativeBypassRatio"].get<double>(), m.negative_bypass_ratio());
   EXPECT_DOUBLE_EQ(json["derived"]["observedFalsePositiveRate"].get<double>(),
@@ -501,6 +503,12 @@ TEST(ServiceTest, PrometheusNamesFollowTheNamingConventions) {
     EXPECT_EQ(counter, name.ends_with("_total")) << name;
     for (const char* reserved : {"_count", "_sum", "_bucket"}) {
       EXPECT_FALSE(name.ends_with(reserved)) << name;
+    }
+    // Base units only: promtool refuses a name with "bits" (use bytes),
+    // "milliseconds" (use seconds) and the like as one of its words.
+    for (const char* unit : {"_bits", "_kilobytes", "_megabytes", "_milliseconds",
+                             "_microseconds", "_nanoseconds", "_minutes", "_hours", "_days"}) {
+      EXPECT_EQ((name + "_").find(std::string(unit) + "_"), std::string::npos) << name;
     }
     EXPECT_TRUE(name.starts_with("artifact_bloom_")) << name;
     names.push_back(name);

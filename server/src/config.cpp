@@ -141,15 +141,20 @@ Result<void> validate(const ServerConfig& config) {
     return invalid("tls: give both tls_cert and tls_key, or neither");
   }
   const auto positive = [](std::uint64_t value, const char* name) -> Result<void> {
-    if (value == 0) return invalid(std::string("limits.") + name + ": must be at least 1");
+    if (value == 0) return invalid(std::string(name) + ": must be at least 1");
     return {};
   };
-  for (auto check : {positive(config.max_body_bytes, "max_body_bytes"),
-                     positive(config.max_digests, "max_digests_per_request"),
-                     positive(config.max_header_bytes, "max_header_bytes"),
-                     positive(config.idle_timeout_seconds, "idle_timeout_seconds"),
-                     positive(config.request_timeout_seconds, "request_timeout_seconds"),
+  for (auto check : {positive(config.max_body_bytes, "limits.max_body_bytes"),
+                     positive(config.max_digests, "limits.max_digests_per_request"),
+                     positive(config.max_header_bytes, "limits.max_header_bytes"),
+                     positive(config.idle_timeout_seconds, "limits.idle_timeout_seconds"),
+                     positive(config.request_timeout_seconds, "limits.request_timeout_seconds"),
                      positive(config.http_threads, "http_threads")}) {
+    if (!check) return check;
+  }
+  for (auto check :
+       {positive(config.metrics_release_seconds, "metrics_release.interval_seconds"),
+        positive(config.metrics_release_min_missing, "metrics_release.min_missing_digests")}) {
     if (!check) return check;
   }
   if (config.rate_limit.burst_seconds <= 0) {
@@ -181,7 +186,8 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
   if (auto ok = only_keys(
           root,
           {"listen", "grpc_listen", "tenants", "token_file", "tls_cert", "tls_key", "limits",
-           "rate_limit", "http_threads", "log_level", "backend", "shutdown_grace_seconds"},
+           "rate_limit", "http_threads", "log_level", "backend", "shutdown_grace_seconds",
+           "metrics_release"},
           where);
       !ok) {
     return std::unexpected(ok.error());
@@ -237,6 +243,19 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
     for (auto ok : {field(rate, "requests_per_second", config.rate_limit.requests_per_second, at),
                     field(rate, "digests_per_second", config.rate_limit.digests_per_second, at),
                     field(rate, "burst_seconds", config.rate_limit.burst_seconds, at)}) {
+      if (!ok) return std::unexpected(ok.error());
+    }
+  }
+  if (root.contains("metrics_release")) {
+    const json& release = root["metrics_release"];
+    const std::string at = where + ": metrics_release";
+    if (!release.is_object()) return invalid(at + ": expected an object");
+    if (auto ok = only_keys(release, {"interval_seconds", "min_missing_digests"}, at); !ok) {
+      return std::unexpected(ok.error());
+    }
+    for (auto ok :
+         {field(release, "interval_seconds", config.metrics_release_seconds, at),
+          field(release, "min_missing_digests", config.metrics_release_min_missing, at)}) {
       if (!ok) return std::unexpected(ok.error());
     }
   }
@@ -318,11 +337,13 @@ Result<std::vector<TokenEntry>> parse_token_file(std::string_view text, std::str
       pos = comma + 1;
       if (scope == "@admin") {
         entry.admin = true;
+      } else if (scope == "@metrics") {
+        entry.metrics = true;
       } else if (scope == "*" || valid_tenant_name(scope)) {
         entry.tenants.emplace_back(scope);
       } else {
         return invalid(where + ": scope \"" + std::string(scope) +
-                       "\" is not a tenant name, * or @admin");
+                       "\" is not a tenant name, *, @metrics or @admin");
       }
     }
     entries.push_back(std::move(entry));
@@ -366,6 +387,10 @@ const TokenEntry* find_token(std::span<const TokenEntry> entries, std::string_vi
     found = equal ? &entry : found;
   }
   return found;
+}
+
+bool token_may_read_operations(const TokenEntry& entry) noexcept {
+  return entry.admin || entry.metrics;
 }
 
 bool token_allows(const TokenEntry& entry, std::string_view tenant) noexcept {

@@ -1,12 +1,17 @@
 // What both fronts of `abf serve` share (core.hpp).
 #include "core.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "abf/filter_set.hpp"
@@ -104,7 +109,136 @@ void merge_exposition(std::string_view text, std::string_view tenant,
   }
 }
 
+
+// The counters that follow filter answers: /metrics shows them as of their
+// last release (ServerConfig::metrics_release_*).
+bool follows_answers(service::Counter counter) {
+  using service::Counter;
+  switch (counter) {
+    case Counter::kQuery:
+    case Counter::kNegative:
+    case Counter::kMaybe:
+    case Counter::kFalsePositive:
+    case Counter::kExactLookup:
+    case Counter::kFilterBypass:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::pair<std::string_view, std::string_view> endpoint_labels(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kHttpFindMissing:
+      return {"http", "find-missing"};
+    case Endpoint::kHttpBlob:
+      return {"http", "blob"};
+    case Endpoint::kHttpMetrics:
+      return {"http", "metrics"};
+    case Endpoint::kHttpReadyz:
+      return {"http", "readyz"};
+    case Endpoint::kHttpHealthz:
+      return {"http", "healthz"};
+    case Endpoint::kHttpAdmin:
+      return {"http", "admin"};
+    case Endpoint::kHttpOther:
+      return {"http", "other"};
+    case Endpoint::kGrpcFindMissingBlobs:
+      return {"grpc", "FindMissingBlobs"};
+  }
+  return {"http", "other"};
+}
+
+// A sample value or bucket bound: the shortest form that reads back the same.
+std::string format_bound(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  for (int precision = 1; precision < 17; ++precision) {
+    char shorter[32];
+    std::snprintf(shorter, sizeof shorter, "%.*g", precision, value);
+    if (std::strtod(shorter, nullptr) == value) return shorter;
+  }
+  return text;
+}
+
+// The standard process metrics of Prometheus' client libraries, from
+// /proc/self (Linux): CPU seconds, resident and virtual memory, open and
+// maximum file descriptors, start time. A value that cannot be read is
+// left out.
+std::string process_metrics() {
+  std::string out;
+  const auto sample = [&](std::string_view name, std::string_view type, std::string_view help,
+                          double value) {
+    out += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " +
+           std::string(name) + " " + std::string(type) + "\n" + std::string(name) + " " +
+           format_bound(value) + "\n";
+  };
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Fields after the command's closing parenthesis (the command may hold
+  // spaces): state is field 3, utime 14, stime 15, starttime 22, vsize 23,
+  // rss 24 (proc(5)).
+  std::vector<std::string> fields;
+  if (const auto paren = stat.rfind(')'); paren != std::string::npos) {
+    std::istringstream words(stat.substr(paren + 1));
+    for (std::string word; words >> word;) fields.push_back(word);
+  }
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const auto field = [&](int number) { return std::strtod(fields[number - 3].c_str(), nullptr); };
+  if (fields.size() >= 22 && ticks > 0) {
+    sample("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
+           (field(14) + field(15)) / ticks);
+    sample("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+           field(24) * page);
+    sample("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", field(23));
+  }
+  std::error_code error;
+  std::size_t open = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", error), end; !error && it != end;
+       it.increment(error)) {
+    ++open;
+  }
+  if (!error) sample("process_open_fds", "gauge", "Number of open file descriptors.", open);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    sample("process_max_fds", "gauge", "Maximum number of open file descriptors.",
+           static_cast<double>(limit.rlim_cur));
+  }
+  std::ifstream proc_stat("/proc/stat");
+  for (std::string line; fields.size() >= 22 && ticks > 0 && std::getline(proc_stat, line);) {
+    if (line.rfind("btime ", 0) == 0) {
+      const double boot = std::strtod(line.c_str() + 6, nullptr);
+      sample("process_start_time_seconds", "gauge",
+             "Start time of the process since unix epoch in seconds.", boot + field(22) / ticks);
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// LatencyHistogram
+
+void LatencyHistogram::observe(std::chrono::nanoseconds elapsed) noexcept {
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  std::size_t bucket = 0;
+  while (bucket < kBounds.size() && seconds > kBounds[bucket]) ++bucket;
+  buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed.count(), 0)),
+                    std::memory_order_relaxed);
+}
+
+LatencyHistogram::Values LatencyHistogram::values() const noexcept {
+  Values values;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    values.buckets[b] = buckets_[b].load(std::memory_order_relaxed);
+  }
+  values.sum_ns = sum_ns_.load(std::memory_order_relaxed);
+  return values;
+}
 
 // ---------------------------------------------------------------------------
 // Logger
@@ -237,6 +371,8 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
     core->by_name_[tenant_config.name] = tenant.get();
     core->tenants_.push_back(std::move(tenant));
   }
+  core->released_.resize(core->tenants_.size());
+  core->last_release_ = std::chrono::steady_clock::now();
   core->reload("start");
   return core;
 }
@@ -265,17 +401,30 @@ RequestResult<Tenant*> Core::tenant_for(const Caller& caller, std::string_view n
 }
 
 RequestResult<Tenant*> Core::default_tenant(const Caller& caller) {
-  if (tenants_.size() != 1) {
-    return refuse(400, "invalid_request",
-                  "instance_name is empty and this server has " + std::to_string(tenants_.size()) +
-                      " tenants: name one");
+  const auto refuse_empty = [] {
+    return refuse(400, "invalid_request", "instance_name is empty: name the tenant to ask");
+  };
+  if (caller.token != nullptr && !token_allows(*caller.token, "*")) {
+    // Decided from the token's own scopes: the server's tenants beyond them
+    // change nothing here.
+    if (caller.token->tenants.size() != 1) return refuse_empty();
+    return tenant_for(caller, caller.token->tenants.front());
   }
+  if (tenants_.size() != 1) return refuse_empty();
   return tenant_for(caller, tenants_.front()->config.name);
 }
 
 RequestResult<void> Core::check_admin(const Caller& caller) const {
   if (caller.token != nullptr && !caller.token->admin) {
     return refuse(403, "forbidden", "token " + caller.token->id + " may not reload (no @admin)");
+  }
+  return {};
+}
+
+RequestResult<void> Core::check_operations(const Caller& caller) const {
+  if (caller.token != nullptr && !token_may_read_operations(*caller.token)) {
+    return refuse(403, "forbidden",
+                  "token " + caller.token->id + " may not read operations (no @metrics or @admin)");
   }
   return {};
 }
@@ -307,6 +456,9 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
   for (std::size_t i = 0; i < digests.size(); ++i) {
     if (!exists[i]) outcome.missing.push_back(static_cast<std::uint32_t>(i));
   }
+  // After exists_batch counted the filter answers: a release that sees
+  // these missing digests also has their answers.
+  tenant.missing_answered.fetch_add(outcome.missing.size(), std::memory_order_release);
   return outcome;
 }
 
@@ -400,13 +552,52 @@ void Core::count_request(std::string_view front, std::string_view tenant, int st
   }
 }
 
+void Core::observe_latency(Endpoint endpoint, std::chrono::nanoseconds elapsed) noexcept {
+  latency_[static_cast<std::size_t>(endpoint)].observe(elapsed);
+}
+
+void Core::release_metrics() const {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_release_ < std::chrono::seconds(config_.metrics_release_seconds)) return;
+  last_release_ = now;
+  for (std::size_t t = 0; t < tenants_.size(); ++t) {
+    const Tenant& tenant = *tenants_[t];
+    Release& release = released_[t];
+    // Acquire: the filter answers of every missing digest counted here were
+    // added to the counters before it (find_missing), so the counters read
+    // next include them.
+    const std::uint64_t missing = tenant.missing_answered.load(std::memory_order_acquire);
+    if (missing - release.missing_mark < config_.metrics_release_min_missing) continue;
+    release.missing_mark = missing;
+    for (std::size_t i = 0; i < service::kCounterCount; ++i) {
+      const auto counter = static_cast<service::Counter>(i);
+      if (follows_answers(counter)) release.counters[i] = tenant.metrics.get(counter);
+    }
+  }
+  for (std::size_t e = 0; e < kEndpointCount; ++e) released_latency_[e] = latency_[e].values();
+}
+
 std::string Core::prometheus() const {
+  std::vector<Release> released;
+  std::array<LatencyHistogram::Values, kEndpointCount> latency;
+  {
+    const std::lock_guard lock(release_mutex_);
+    release_metrics();
+    released = released_;
+    latency = released_latency_;
+  }
   std::vector<std::string> order;
   std::map<std::string, Family> families;
-  for (const auto& tenant : tenants_) {
-    const auto snapshot = tenant->publisher->current();
-    merge_exposition(service::to_prometheus(tenant->metrics.collect(snapshot.get())),
-                     tenant->config.name, order, families);
+  for (std::size_t t = 0; t < tenants_.size(); ++t) {
+    const Tenant& tenant = *tenants_[t];
+    const auto snapshot = tenant.publisher->current();
+    service::MetricsSnapshot metrics = tenant.metrics.collect(snapshot.get());
+    for (std::size_t i = 0; i < service::kCounterCount; ++i) {
+      if (follows_answers(static_cast<service::Counter>(i))) {
+        metrics.counters[i] = released[t].counters[i];
+      }
+    }
+    merge_exposition(service::to_prometheus(metrics), tenant.config.name, order, families);
   }
   std::string out;
   for (const std::string& name : order) {
@@ -419,40 +610,67 @@ std::string Core::prometheus() const {
     out += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " +
            std::string(name) + " " + std::string(type) + "\n";
   };
-  family("abf_serve_snapshot_ready", "gauge",
+  family("artifact_bloom_serve_snapshot_ready", "gauge",
          "1 when the tenant serves a verified snapshot, else 0.");
   for (const auto& tenant : tenants_) {
-    out += "abf_serve_snapshot_ready{tenant=\"" + label_value(tenant->config.name) + "\"} " +
-           (tenant->publisher->current() ? "1" : "0") + "\n";
+    out += "artifact_bloom_serve_snapshot_ready{tenant=\"" + label_value(tenant->config.name) +
+           "\"} " + (tenant->publisher->current() ? "1" : "0") + "\n";
   }
-  family("abf_serve_reloads_total", "counter",
+  family("artifact_bloom_serve_reloads_total", "counter",
          "Snapshot reloads (start, SIGHUP, POST /admin/reload) by result.");
   for (const auto& tenant : tenants_) {
     const std::string label = "tenant=\"" + label_value(tenant->config.name) + "\"";
-    out += "abf_serve_reloads_total{" + label + ",result=\"ok\"} " +
+    out += "artifact_bloom_serve_reloads_total{" + label + ",result=\"ok\"} " +
            std::to_string(tenant->reloads_ok.load()) + "\n";
-    out += "abf_serve_reloads_total{" + label + ",result=\"failed\"} " +
+    out += "artifact_bloom_serve_reloads_total{" + label + ",result=\"failed\"} " +
            std::to_string(tenant->reloads_failed.load()) + "\n";
   }
-  const std::lock_guard lock(counts_mutex_);
-  family("abf_serve_requests_total", "counter",
-         "Requests answered, by front (http, grpc), tenant (\"\" when none was allowed) and "
-         "HTTP status (gRPC: the HTTP status its code maps from).");
-  for (const auto& [key, count] : requests_) {
-    out += "abf_serve_requests_total{front=\"" + label_value(key.front) + "\",tenant=\"" +
-           label_value(key.tenant) + "\",status=\"" + std::to_string(key.status) + "\"} " +
-           std::to_string(count) + "\n";
+  {
+    const std::lock_guard lock(counts_mutex_);
+    family("artifact_bloom_serve_requests_total", "counter",
+           "Requests answered, by front (http, grpc), tenant (\"\" when none was allowed) and "
+           "HTTP status (gRPC: the HTTP status its code maps from).");
+    for (const auto& [key, count] : requests_) {
+      out += "artifact_bloom_serve_requests_total{front=\"" + label_value(key.front) +
+             "\",tenant=\"" + label_value(key.tenant) + "\",status=\"" +
+             std::to_string(key.status) + "\"} " + std::to_string(count) + "\n";
+    }
+    family("artifact_bloom_serve_digests_total", "counter",
+           "Digests asked about in answered batches.");
+    for (const auto& [tenant, counts] : digests_) {
+      out += "artifact_bloom_serve_digests_total{tenant=\"" + label_value(tenant) + "\"} " +
+             std::to_string(counts.first) + "\n";
+    }
+    family("artifact_bloom_serve_missing_digests_total", "counter",
+           "Digests answered missing (the exact answer).");
+    for (const auto& [tenant, counts] : digests_) {
+      out += "artifact_bloom_serve_missing_digests_total{tenant=\"" + label_value(tenant) +
+             "\"} " + std::to_string(counts.second) + "\n";
+    }
   }
-  family("abf_serve_digests_total", "counter", "Digests asked about in answered batches.");
-  for (const auto& [tenant, counts] : digests_) {
-    out += "abf_serve_digests_total{tenant=\"" + label_value(tenant) + "\"} " +
-           std::to_string(counts.first) + "\n";
+  const std::string histogram = "artifact_bloom_serve_request_duration_seconds";
+  family(histogram, "histogram",
+         "Seconds from a request's handler start to its answer, by front and endpoint (as of "
+         "the last metrics release).");
+  for (std::size_t e = 0; e < kEndpointCount; ++e) {
+    const auto [front, endpoint] = endpoint_labels(static_cast<Endpoint>(e));
+    const std::string labels =
+        "front=\"" + std::string(front) + "\",endpoint=\"" + std::string(endpoint) + "\"";
+    const LatencyHistogram::Values& values = latency[e];
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b < LatencyHistogram::kBounds.size(); ++b) {
+      cumulative += values.buckets[b];
+      out += histogram + "_bucket{" + labels + ",le=\"" +
+             format_bound(LatencyHistogram::kBounds[b]) + "\"} " + std::to_string(cumulative) +
+             "\n";
+    }
+    cumulative += values.buckets.back();
+    out += histogram + "_bucket{" + labels + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+    out += histogram + "_sum{" + labels + "} " +
+           format_bound(static_cast<double>(values.sum_ns) * 1e-9) + "\n";
+    out += histogram + "_count{" + labels + "} " + std::to_string(cumulative) + "\n";
   }
-  family("abf_serve_missing_digests_total", "counter", "Digests answered missing.");
-  for (const auto& [tenant, counts] : digests_) {
-    out += "abf_serve_missing_digests_total{tenant=\"" + label_value(tenant) + "\"} " +
-           std::to_string(counts.second) + "\n";
-  }
+  out += process_metrics();
   return out;
 }
 

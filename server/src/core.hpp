@@ -2,6 +2,7 @@
 // limits, the exact find-missing answer, metrics and the log. Internal.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -56,6 +57,44 @@ struct Tenant {
   std::mutex reload_mutex;  // one reload of this tenant at a time
   std::atomic<std::uint64_t> reloads_ok{0};
   std::atomic<std::uint64_t> reloads_failed{0};
+  // Digests answered missing (exactly), counted after `metrics` counted
+  // their filter answers: what the metrics release waits for.
+  std::atomic<std::uint64_t> missing_answered{0};
+};
+
+// The endpoints of the latency histogram (front and endpoint labels).
+enum class Endpoint : std::size_t {
+  kHttpFindMissing,
+  kHttpBlob,
+  kHttpMetrics,
+  kHttpReadyz,
+  kHttpHealthz,
+  kHttpAdmin,
+  kHttpOther,  // another path, or a request refused before routing
+  kGrpcFindMissingBlobs,
+};
+inline constexpr std::size_t kEndpointCount = 8;
+
+// Request latencies of one endpoint: Prometheus' cumulative buckets, kept
+// per bucket (each observation bumps one) with relaxed atomics.
+class LatencyHistogram {
+ public:
+  // Upper bounds in seconds. The lowest is 100 us, above what one catalog
+  // lookup adds to a single-digest request (about 10 us here), so a bucket
+  // never tells a filter answer.
+  static constexpr std::array<double, 16> kBounds = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,     2.5,   5,    10};
+  struct Values {
+    std::array<std::uint64_t, kBounds.size() + 1> buckets{};  // last: above every bound
+    std::uint64_t sum_ns = 0;
+  };
+  void observe(std::chrono::nanoseconds elapsed) noexcept;
+  Values values() const noexcept;
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kBounds.size() + 1> buckets_{};
+  std::atomic<std::uint64_t> sum_ns_{0};
 };
 
 // Who is asking: a token's entry (null without authentication) and the rate
@@ -113,11 +152,18 @@ class Core {
   // token does not name it (whether or not it exists, so a token learns
   // nothing about other tenants), 404 "unknown_tenant" otherwise.
   RequestResult<Tenant*> tenant_for(const Caller& caller, std::string_view name);
-  // The only tenant, for a gRPC request with an empty instance_name; 400
-  // when there are several.
+  // The tenant of a gRPC request with an empty instance_name, decided from
+  // what the caller may see only, so the answer never depends on how many
+  // tenants the server has beyond them: a token that names exactly one
+  // tenant gets that one (as if it had named it); a token of "*", or no
+  // authentication, gets the only tenant when the server has one; anything
+  // else is 400 "invalid_request" (name one), with no count in the message.
   RequestResult<Tenant*> default_tenant(const Caller& caller);
   // 403 unless `caller` may reload (an @admin token, or no authentication).
   RequestResult<void> check_admin(const Caller& caller) const;
+  // 403 unless `caller` may read /metrics and /readyz's details (@metrics
+  // or @admin, or no authentication).
+  RequestResult<void> check_operations(const Caller& caller) const;
 
   RateLimiter& limiter() noexcept { return limiter_; }
 
@@ -131,10 +177,15 @@ class Core {
   // Every tenant: {"name": {"ready": bool, "catalog_version": N}}.
   nlohmann::ordered_json readiness() const;
 
-  // Prometheus text: every tenant's service metrics with a tenant label,
-  // then the server's own (requests by front, tenant and status; digests
-  // asked and missing; reloads).
+  // Prometheus text: every tenant's service metrics with a tenant label
+  // (the counters that follow filter answers as of their last release),
+  // then the server's own (snapshot ready, reloads, requests by front,
+  // tenant and status, digests asked and missing, the latency histograms
+  // as of the last release), then the process' (process_*).
   std::string prometheus() const;
+
+  // Counts one request's latency, from its handler's start to its answer.
+  void observe_latency(Endpoint endpoint, std::chrono::nanoseconds elapsed) noexcept;
 
   // Counts one answered request. `tenant` is "" when the request named no
   // tenant it was allowed to see (so unknown names add no label values).
@@ -144,6 +195,8 @@ class Core {
  private:
   Core(const ServerConfig& config, std::unique_ptr<Logger> logger, std::vector<TokenEntry> tokens);
   Result<void> reload_tenant(Tenant& tenant, std::string_view trigger, TenantReload& report);
+  // Takes the due releases (ServerConfig::metrics_release_*); under release_mutex_.
+  void release_metrics() const;
 
   ServerConfig config_;
   std::unique_ptr<Logger> logger_;
@@ -161,6 +214,19 @@ class Core {
   mutable std::mutex counts_mutex_;
   std::map<RequestKey, std::uint64_t> requests_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> digests_;  // asked, missing
+
+  std::array<LatencyHistogram, kEndpointCount> latency_;
+  // What /metrics shows of the counters that follow filter answers: their
+  // values at each tenant's last release, and the histograms' at the last
+  // release of all (docs/serve.md, "Private operations").
+  struct Release {
+    std::array<std::uint64_t, service::kCounterCount> counters{};
+    std::uint64_t missing_mark = 0;  // Tenant::missing_answered at the release
+  };
+  mutable std::mutex release_mutex_;
+  mutable std::vector<Release> released_;  // one per tenant, in tenants_' order
+  mutable std::array<LatencyHistogram::Values, kEndpointCount> released_latency_{};
+  mutable std::chrono::steady_clock::time_point last_release_{};
 };
 
 }  // namespace abf::server

@@ -44,6 +44,8 @@ class CasService final : public rex::ContentAddressableStorage::Service {
     Answer answer;
     const auto result = answer_request(*context, *request, *response, answer);
     const int status = result ? 200 : result.error().status;
+    const auto elapsed = Clock::now() - start;
+    core_.observe_latency(Endpoint::kGrpcFindMissingBlobs, elapsed);
     core_.count_request("grpc", answer.tenant, status, answer.digests, answer.missing);
     if (core_.logger().enabled(LogLevel::kInfo)) {
       nlohmann::ordered_json line = {
@@ -52,8 +54,8 @@ class CasService final : public rex::ContentAddressableStorage::Service {
           {"digests", answer.digests}, {"missing", answer.missing}, {"maybes", answer.maybes}};
       if (result) line["catalog_version"] = answer.catalog_version;
       if (!result) line["error"] = result.error().code;
-      line["us"] =
-          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+      line["us"] = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
+      if (answer.answer_us >= 0) line["answer_us"] = answer.answer_us;
       line["remote"] = context->peer();
       core_.logger().log(LogLevel::kInfo, std::move(line));
     }
@@ -72,6 +74,7 @@ class CasService final : public rex::ContentAddressableStorage::Service {
   struct Answer {
     std::string tenant, caller;
     std::uint64_t digests = 0, missing = 0, maybes = 0, catalog_version = 0;
+    std::int64_t answer_us = -1;  // the exact answer alone: filter, then catalog
   };
 
   RequestResult<void> answer_request(grpc::ServerContext& context,
@@ -114,7 +117,10 @@ class CasService final : public rex::ContentAddressableStorage::Service {
     }
     answer.digests = digests.size();
     if (auto ok = core_.limiter().admit_digests(caller->bucket, digests.size()); !ok) return ok;
+    const auto answer_start = Clock::now();
     auto outcome = core_.find_missing(**tenant, digests);
+    answer.answer_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - answer_start).count();
     if (!outcome) return std::unexpected(outcome.error());
     response.mutable_missing_blob_digests()->Reserve(static_cast<int>(outcome->missing.size()));
     for (std::uint32_t i : outcome->missing) {

@@ -44,6 +44,7 @@ struct Access {
   bool has_version = false;
   std::int64_t answer_us = -1;  // the exact answer alone: filter, then catalog
   Clock::time_point start{};
+  Endpoint endpoint = Endpoint::kHttpOther;  // the latency histogram's
 };
 thread_local Access t_access;
 
@@ -110,20 +111,20 @@ struct HttpFront::Impl {
                                 std::to_string(core.config().max_header_bytes) + " bytes"});
     }
     if (!route) return send_error(res, route.error());
+    t_access.endpoint = endpoint_of(route->kind);
     switch (route->kind) {
       case RouteKind::kHealthz:
         res.set_content("{\"status\":\"ok\"}\n", "application/json");
         return;
-      case RouteKind::kReadyz: {
-        const bool ready = core.ready();
-        res.status = ready ? 200 : 503;
-        const nlohmann::ordered_json body = {{"ready", ready}, {"tenants", core.readiness()}};
-        res.set_content(body.dump() + "\n", "application/json");
-        return;
-      }
-      case RouteKind::kMetrics:
+      case RouteKind::kReadyz:
+        return readyz(req, res);
+      case RouteKind::kMetrics: {
+        auto who = caller(req);
+        if (!who) return send_error(res, who.error());
+        if (auto ok = core.check_operations(*who); !ok) return send_error(res, ok.error());
         res.set_content(core.prometheus(), "text/plain; version=0.0.4; charset=utf-8");
         return;
+      }
       case RouteKind::kAdminReload:
         return admin_reload(req, res);
       case RouteKind::kFindMissing:
@@ -131,6 +132,36 @@ struct HttpFront::Impl {
       case RouteKind::kBlob:
         return blob(req, res, route->tenant, route->blob);
     }
+  }
+
+  static Endpoint endpoint_of(RouteKind kind) {
+    switch (kind) {
+      case RouteKind::kFindMissing:
+        return Endpoint::kHttpFindMissing;
+      case RouteKind::kBlob:
+        return Endpoint::kHttpBlob;
+      case RouteKind::kMetrics:
+        return Endpoint::kHttpMetrics;
+      case RouteKind::kReadyz:
+        return Endpoint::kHttpReadyz;
+      case RouteKind::kHealthz:
+        return Endpoint::kHttpHealthz;
+      case RouteKind::kAdminReload:
+        return Endpoint::kHttpAdmin;
+    }
+    return Endpoint::kHttpOther;
+  }
+
+  // 200 or 503 for everyone; the tenants' details only for a caller who may
+  // read operations (any caller when there is no token file). A probe with
+  // no token, or one that may not, is not refused: it gets the status.
+  void readyz(const httplib::Request& req, httplib::Response& res) {
+    const bool ready = core.ready();
+    res.status = ready ? 200 : 503;
+    nlohmann::ordered_json body = {{"ready", ready}};
+    const auto who = caller(req);
+    if (who && core.check_operations(*who)) body["tenants"] = core.readiness();
+    res.set_content(body.dump() + "\n", "application/json");
   }
 
   RequestResult<Caller> caller(const httplib::Request& req) {
@@ -244,6 +275,8 @@ struct HttpFront::Impl {
   void log(const httplib::Request& req, const httplib::Response& res) {
     Access access = std::move(t_access);
     t_access = Access{};
+    const auto elapsed = access.set ? Clock::now() - access.start : Clock::duration::zero();
+    if (access.set) core.observe_latency(access.endpoint, elapsed);
     core.count_request("http", access.tenant, res.status, access.digests, access.missing);
     if (!core.logger().enabled(LogLevel::kInfo)) return;
     nlohmann::ordered_json line = {
@@ -254,11 +287,7 @@ struct HttpFront::Impl {
         {"missing", access.missing}, {"maybes", access.maybes}};
     if (access.has_version) line["catalog_version"] = access.catalog_version;
     if (!access.error.empty()) line["error"] = access.error;
-    line["us"] =
-        access.set
-            ? std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - access.start)
-                  .count()
-            : 0;
+    line["us"] = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
     if (access.answer_us >= 0) line["answer_us"] = access.answer_us;
     line["remote"] = req.remote_addr;
     core.logger().log(LogLevel::kInfo, std::move(line));

@@ -77,9 +77,10 @@ struct Gauge {
 // Beside each, the spec's dotted name (section 9), which to_json keeps.
 std::vector<Gauge> gauges(const MetricsSnapshot& m) {
   return {
-      // artifact_bloom.bit_count
-      {"artifact_bloom_bits", "Bits m of the serving filter (all its shards).",
-       static_cast<double>(m.bit_count)},
+      // artifact_bloom.bit_count, in bytes: Prometheus' base unit (promtool
+      // refuses "bits"); m is a multiple of 64, so m / 8 is exact.
+      {"artifact_bloom_size_bytes", "Bytes of the serving filter's bits (m / 8, all its shards).",
+       static_cast<double>(m.bit_count / 8)},
       // artifact_bloom.hash_count
       {"artifact_bloom_hash_functions", "Probes k of the serving filter.",
        static_cast<double>(m.hash_count)},

@@ -34,9 +34,10 @@ class FindMissingBlobs(unittest.TestCase):
         cls.a.build()
         cls.b.add(NEW[:500])
         cls.b.build()
-        cls.tokens = {"a": "grpc-token-tenant-a-0123456", "all": "grpc-token-every-tenant-0123"}
+        cls.tokens = {"a": "grpc-token-tenant-a-0123456", "all": "grpc-token-every-tenant-0123",
+                      "ops": "grpc-token-metrics-012345678"}
         tokens = support.write_private(os.path.join(cls.dir, "tokens"),
-                                       "%(a)s a\n%(all)s *\n" % cls.tokens)
+                                       "%(a)s a\n%(all)s *\n%(ops)s @metrics\n" % cls.tokens)
         config = os.path.join(cls.dir, "serve.json")
         with open(config, "w") as out:
             out.write('{"tenants": [{"name": "a", "snapshot": "a.abf", "db": "a.db"},'
@@ -118,9 +119,12 @@ class FindMissingBlobs(unittest.TestCase):
         self.assert_code(self.request(items, instance="nope"), grpc.StatusCode.PERMISSION_DENIED)
         self.assert_code(self.request(items, instance="nope"), grpc.StatusCode.NOT_FOUND,
                          token="all")
-        # Two tenants: an empty instance_name names none of them.
+        # Two tenants: an empty instance_name names none of them for "*"; a
+        # one-tenant token asks its own (test_ops.py: whatever the server's tenants).
         self.assert_code(self.request(items, instance=""), grpc.StatusCode.INVALID_ARGUMENT,
                          token="all")
+        response, _ = self.call(self.request(items, instance=""), token="a")
+        self.assertEqual(len(response.missing_blob_digests), 10)
         response, _ = self.call(self.request(items, instance="b"), token="all")
         self.assertEqual(len(response.missing_blob_digests), 0)  # NEW[:500] are B's
         response, _ = self.call(self.request(items, instance="a"), token="all")
@@ -140,11 +144,14 @@ class FindMissingBlobs(unittest.TestCase):
     def test_grpc_requests_are_counted_and_logged(self):
         self.call(self.request([NEW[2]]))
         import requests
-        text = requests.get(self.server.url + "/metrics", timeout=10).text
-        self.assertGreaterEqual(support.metric(text, "abf_serve_requests_total", front="grpc",
+        text = requests.get(self.server.url + "/metrics",
+                            headers={"Authorization": "Bearer " + self.tokens["ops"]},
+                            timeout=10).text
+        self.assertGreaterEqual(support.metric(text, "artifact_bloom_serve_requests_total", front="grpc",
                                                tenant="a", status="200"), 1)
         lines = [line for line in self.server.log_lines() if line.get("front") == "grpc"]
         self.assertTrue(lines)
+        self.assertIn("answer_us", [line for line in lines if line["status"] == 200][-1])
         self.assertNotIn(NEW[2].hex(), self.server.log_text())
 
 

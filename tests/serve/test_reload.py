@@ -131,7 +131,8 @@ class ReloadUnderLoad(unittest.TestCase):
         self.server.signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            served = requests.get(self.server.url + "/readyz", timeout=10).json()
+            served = requests.get(self.server.url + "/readyz", headers=self.headers,
+                                  timeout=10).json()
             version = served["tenants"]["default"]["catalog_version"]
             if version == wanted:
                 return True, version
@@ -141,8 +142,8 @@ class ReloadUnderLoad(unittest.TestCase):
         self.fail("SIGHUP reload did not finish within 30 s")
 
     def failed_reloads(self):
-        text = requests.get(self.server.url + "/metrics", timeout=10).text
-        return support.metric(text, "abf_serve_reloads_total", tenant="default", result="failed")
+        text = requests.get(self.server.url + "/metrics", headers=self.headers, timeout=10).text
+        return support.metric(text, "artifact_bloom_serve_reloads_total", tenant="default", result="failed")
 
     def put_in_place(self, data):
         temporary = self.catalog.snapshot + ".tmp"
@@ -216,10 +217,10 @@ class ReloadUnderLoad(unittest.TestCase):
         self.assertGreater(len(self.records), 40)
         self.assertGreaterEqual(len(versions), 5, "answers came from too few versions: %s" %
                                 sorted(versions))
-        text = requests.get(self.server.url + "/metrics", timeout=10).text
-        self.assertEqual(support.metric(text, "abf_serve_reloads_total", tenant="default",
+        text = requests.get(self.server.url + "/metrics", headers=self.headers, timeout=10).text
+        self.assertEqual(support.metric(text, "artifact_bloom_serve_reloads_total", tenant="default",
                                         result="failed"), refused)
-        self.assertEqual(support.metric(text, "abf_serve_reloads_total", tenant="default",
+        self.assertEqual(support.metric(text, "artifact_bloom_serve_reloads_total", tenant="default",
                                         result="ok"), SNAPSHOTS + 1)
         self.assertEqual(support.metric(text, "artifact_bloom_snapshot_load_failure_total",
                                         tenant="default"), refused)

@@ -57,6 +57,16 @@ struct ServerConfig {
   unsigned shutdown_grace_seconds = 30;    // SIGTERM: in-flight requests finish
   std::string log_level = "info";          // debug, info, warn, error
   std::string backend = "auto";            // the filter engine (abf::Backend name)
+  // The counters that follow filter answers (query, negative, maybe,
+  // false_positive, exact_lookup, filter_bypass, their ratios) and the
+  // latency histograms reach /metrics only as a release: at most one every
+  // `metrics_release_seconds`, and a tenant's counters only once at least
+  // `metrics_release_min_missing` digests were answered missing since its
+  // last release. So a release sums the filter answers of at least that
+  // many missing digests, and no reader can tell one request's answer
+  // (PROTOCOL.md section 10; docs/serve.md, "Private operations").
+  unsigned metrics_release_seconds = 60;
+  std::uint64_t metrics_release_min_missing = 1000;
 };
 
 // Parses a configuration file's text. `source` names it in errors; relative
@@ -80,11 +90,12 @@ struct ListenAddress {
 Result<ListenAddress> parse_listen_address(std::string_view text);
 
 // One line of a token file: the token's SHA-256 (the token itself is not
-// kept), the tenants it may ask, and whether it may reload.
+// kept), the tenants it may ask, and which operations it may use.
 struct TokenEntry {
   std::array<std::uint8_t, 32> hash{};
   std::vector<std::string> tenants;  // "*" is every tenant
-  bool admin = false;                // may POST /admin/reload
+  bool admin = false;                // @admin: POST /admin/*, and all @metrics may
+  bool metrics = false;              // @metrics: GET /metrics and /readyz's details
   std::string id;                    // "t1a2b3c4": names the token in logs, never reveals it
   std::uint64_t line = 0;            // where it was in the file
 };
@@ -92,8 +103,9 @@ struct TokenEntry {
 // A token file's text. One token a line, '#' comments and blank lines
 // skipped:
 //   <token> <scope>[,<scope>...]
-// where a scope is a tenant name, "*" (every tenant) or "@admin" (may POST
-// /admin/reload). A token is 16 to 512 printable ASCII characters without
+// where a scope is a tenant name, "*" (every tenant), "@metrics" (may read
+// /metrics and /readyz's per-tenant details) or "@admin" (the operator: may
+// POST /admin/reload, and read what @metrics may). A token is 16 to 512 printable ASCII characters without
 // spaces. kInvalidArgument "<source>: line N: ..." (never quoting the
 // token); a token given twice is refused.
 Result<std::vector<TokenEntry>> parse_token_file(std::string_view text, std::string_view source);
@@ -107,6 +119,9 @@ Result<std::vector<TokenEntry>> read_token_file(const std::filesystem::path& pat
 // length is always 32): the time taken does not depend on which entry, if
 // any, matches, nor on how much of a token is right.
 const TokenEntry* find_token(std::span<const TokenEntry> entries, std::string_view token) noexcept;
+
+// Whether `entry` may read /metrics and /readyz's details (@metrics or @admin).
+bool token_may_read_operations(const TokenEntry& entry) noexcept;
 
 // Whether `entry` may ask about `tenant`.
 bool token_allows(const TokenEntry& entry, std::string_view tenant) noexcept;

@@ -70,8 +70,9 @@ struct MetricsSnapshot {
 // line per metric, named by Prometheus' conventions rather than the dotted
 // names: counters end in _total (artifact_bloom.negative.count is
 // artifact_bloom_negative_total), no gauge ends in _count (a histogram's
-// suffix: artifact_bloom_bits, _hash_functions, _expected_items, _shards,
-// _inserted_items), values in 0..1 end in _ratio (_fill_ratio,
+// suffix: _hash_functions, _expected_items, _shards, _inserted_items), sizes
+// are in bytes (artifact_bloom.bit_count is artifact_bloom_size_bytes, m / 8:
+// promtool refuses bits), values in 0..1 end in _ratio (_fill_ratio,
 // _estimated_false_positive_ratio, _target_false_positive_ratio and the
 // derived _negative_bypass_ratio, _observed_false_positive_ratio,
 // _false_discovery_ratio), and times are seconds (_snapshot_age_seconds).
