@@ -211,7 +211,8 @@ Command add_catalog_command(CLI::App& root) {
   CLI::App* stats = app->add_subcommand("stats", "Print the catalog's versions and counts");
   add_db_option(*stats, *options, "Catalog database");
   CLI::App* upgrade = app->add_subcommand(
-      "upgrade", "Bring a catalog to the current schema (its id, every version's count and fingerprint)");
+      "upgrade",
+      "Bring a catalog to the current schema (its id, every version's count and fingerprint)");
   add_db_option(*upgrade, *options, "Catalog database");
   for (CLI::App* sub : {init, add, remove, stats, upgrade}) {
     sub->add_flag("--json", options->json,

@@ -252,8 +252,7 @@ TEST_F(CatalogContentTest, SchemaTwoIsWalkedReadOnlyAndUpgradedByTheFirstWriter)
     ASSERT_TRUE(reader->catalog_id().has_value());
     id = *reader->catalog_id();
     expect_contents(*reader, reference);
-    EXPECT_EQ(reader->stats()->latest_fingerprint,
-              reference.content_at_version(30)->fingerprint);
+    EXPECT_EQ(reader->stats()->latest_fingerprint, reference.content_at_version(30)->fingerprint);
     EXPECT_EQ(test::read_file(path("c.db")), bytes_before);
   }
   {  // The first writer upgrades it: every version's content computed.
@@ -302,13 +301,17 @@ TEST_F(CatalogContentTest, SchemaOneIsUpgradedToThreeInOneStep) {
   ASSERT_TRUE(content.has_value());
   EXPECT_EQ(content->item_count, 50u);
   EXPECT_EQ(content->fingerprint, ContentFingerprint::of(test::member_digests(50)));
-  EXPECT_EQ(dump(path("old.db"), "SELECT item_count, hex(fingerprint) FROM versions WHERE "
-                                 "version = 1"),
-            "50\t" + [] {
-              std::string hex = ContentFingerprint::of(test::member_digests(50)).hex();
-              for (char& c : hex) c = static_cast<char>(std::toupper(c));
-              return hex;
-            }() + "\t\n");
+  EXPECT_EQ(
+      dump(path("old.db"),
+           "SELECT item_count, hex(fingerprint) FROM versions WHERE "
+           "version = 1"),
+      "50\t" +
+          [] {
+            std::string hex = ContentFingerprint::of(test::member_digests(50)).hex();
+            for (char& c : hex) c = static_cast<char>(std::toupper(c));
+            return hex;
+          }() +
+          "\t\n");
 }
 
 TEST_F(CatalogContentTest, DamagedContentRowIsAClearError) {

@@ -85,10 +85,9 @@ Result<std::uint64_t> MemoryRepository::latest_version() {
 Result<CatalogContent> MemoryRepository::content_at_version(std::uint64_t catalog_version) {
   const std::lock_guard lock(mutex_);
   if (catalog_version > version_) {
-    return fail(ErrorCode::kInvalidArgument, "memory repository: version " +
-                                                 std::to_string(catalog_version) +
-                                                 " does not exist (latest is " +
-                                                 std::to_string(version_) + ")");
+    return fail(ErrorCode::kInvalidArgument,
+                "memory repository: version " + std::to_string(catalog_version) +
+                    " does not exist (latest is " + std::to_string(version_) + ")");
   }
   return contents_[catalog_version];
 }

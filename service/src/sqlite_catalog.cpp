@@ -418,10 +418,9 @@ struct SqliteCatalog::State {
     auto latest_now = latest_version();
     if (!latest_now) return std::unexpected(latest_now.error());
     if (catalog_version > *latest_now) {
-      return fail(ErrorCode::kInvalidArgument, "catalog " + path.string() + ": version " +
-                                                   version_text(catalog_version) +
-                                                   " does not exist (latest is " +
-                                                   version_text(*latest_now) + ")");
+      return fail(ErrorCode::kInvalidArgument,
+                  "catalog " + path.string() + ": version " + version_text(catalog_version) +
+                      " does not exist (latest is " + version_text(*latest_now) + ")");
     }
     if (schema != kCatalogSchemaVersion) return walk_content(catalog_version);
     auto kept = kept_content(catalog_version);
@@ -548,8 +547,8 @@ struct SqliteCatalog::State {
     if (!update) return std::unexpected(update.error());
     for (const std::uint64_t v : versions) {
       if (v >= deltas.size()) {  // only a negative version number, cast
-        return fail(ErrorCode::kCatalog, "catalog " + path.string() +
-                                             ": damaged: a version number is negative");
+        return fail(ErrorCode::kCatalog,
+                    "catalog " + path.string() + ": damaged: a version number is negative");
       }
       const Delta& content = deltas[v];
       const auto bytes = content.fingerprint.bytes();
@@ -640,8 +639,8 @@ struct SqliteCatalog::State {
       sqlite3_bind_int64(stmt, 3, adding ? static_cast<sqlite3_int64>(change.changed) : 0);
       sqlite3_bind_int64(stmt, 4, adding ? 0 : static_cast<sqlite3_int64>(change.changed));
       // A remove changes only digests that are present: never below zero.
-      next_content.item_count =
-          adding ? next_content.item_count + change.changed : next_content.item_count - change.changed;
+      next_content.item_count = adding ? next_content.item_count + change.changed
+                                       : next_content.item_count - change.changed;
       const auto fingerprint = next_content.fingerprint.bytes();
       sqlite3_bind_int64(stmt, 5, static_cast<sqlite3_int64>(next_content.item_count));
       sqlite3_bind_blob(stmt, 6, fingerprint.data(), static_cast<int>(fingerprint.size()),
