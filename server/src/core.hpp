@@ -102,7 +102,12 @@ class LatencyHistogram {
 struct Caller {
   const TokenEntry* token = nullptr;
   std::size_t bucket = 0;
-  std::string_view id() const noexcept { return token != nullptr ? token->id : "anonymous"; }
+  // Both arms are string_views: `cond ? token->id : "anonymous"` would be a
+  // temporary std::string, and the view would dangle (ASan:
+  // stack-use-after-scope).
+  std::string_view id() const noexcept {
+    return token != nullptr ? std::string_view(token->id) : std::string_view("anonymous");
+  }
 };
 
 // The exact answer of one batch.
