@@ -370,8 +370,10 @@ TEST_F(CliTest, EveryKeyFileFormGivesTheSameKey) {
 TEST_F(CliTest, KeyFileReadableByOthersOrMalformedIsRefused) {
   write("members.txt", golden_member_lines());
   test::write_private_file(path("k.key"), test::golden_key().hex + "\n");
-  for (const auto& [mode, who] :
-       {std::pair{fs::perms(0644), "others"}, std::pair{fs::perms(0640), "group"}}) {
+  for (const auto& [mode, who] : {std::pair{fs::perms(0644), "readable by others"},
+                                  std::pair{fs::perms(0640), "readable by its group"},
+                                  std::pair{fs::perms(0602), "writable by others"},
+                                  std::pair{fs::perms(0620), "writable by its group"}}) {
     SCOPED_TRACE(who);
     fs::permissions(path("k.key"), mode);
     for (const std::string& command :
@@ -626,8 +628,8 @@ TEST_F(CliTest, ThreadsHelpNamesNoCoreCount) {
     const auto at = help.out.find("--threads");
     ASSERT_NE(at, std::string::npos) << command << "\n" << help.out;
     EXPECT_NE(help.out.find("every core", at), std::string::npos) << command << "\n" << help.out;
-    EXPECT_FALSE(std::regex_search(help.out, std::regex("[0-9]+ cores")))
-        << command << "\n" << help.out;
+    EXPECT_FALSE(std::regex_search(help.out, std::regex("[0-9]+ cores"))) << command << "\n"
+                                                                          << help.out;
   }
 }
 

@@ -142,14 +142,18 @@ Result<Key> read_key_file(const std::filesystem::path& path) {
     ::close(fd);
     return fail(ErrorCode::kInvalidKey, where + ": a key file must be a regular file");
   }
-  if ((info.st_mode & (S_IRGRP | S_IROTH)) != 0) {
+  // Like ssh with its private keys: neither read nor write for the group or
+  // others (a key others may write is a key others may choose).
+  if ((info.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH)) != 0) {
     ::close(fd);
     char mode[8];
     std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(info.st_mode & 0777));
-    return fail(ErrorCode::kInvalidKey,
-                where + ": the key file is readable by " +
-                    ((info.st_mode & S_IROTH) != 0 ? "others" : "its group") + " (mode " + mode +
-                    "); run: chmod 600 " + where);
+    const bool others = (info.st_mode & (S_IROTH | S_IWOTH)) != 0;
+    const bool read = (info.st_mode & (others ? S_IROTH : S_IRGRP)) != 0;
+    return fail(ErrorCode::kInvalidKey, where + ": the key file is " +
+                                            (read ? "readable" : "writable") + " by " +
+                                            (others ? "others" : "its group") + " (mode " + mode +
+                                            "); run: chmod 600 " + where);
   }
   // Larger than any valid key file: read one byte more than the longest.
   std::array<char, 40> buffer{};

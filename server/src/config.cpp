@@ -144,12 +144,15 @@ Result<void> validate(const ServerConfig& config) {
     if (value == 0) return invalid(std::string(name) + ": must be at least 1");
     return {};
   };
-  for (auto check : {positive(config.max_body_bytes, "limits.max_body_bytes"),
-                     positive(config.max_digests, "limits.max_digests_per_request"),
-                     positive(config.max_header_bytes, "limits.max_header_bytes"),
-                     positive(config.idle_timeout_seconds, "limits.idle_timeout_seconds"),
-                     positive(config.request_timeout_seconds, "limits.request_timeout_seconds"),
-                     positive(config.http_threads, "http_threads")}) {
+  for (auto check :
+       {positive(config.max_body_bytes, "limits.max_body_bytes"),
+        positive(config.max_digests, "limits.max_digests_per_request"),
+        positive(config.max_header_bytes, "limits.max_header_bytes"),
+        positive(config.idle_timeout_seconds, "limits.idle_timeout_seconds"),
+        positive(config.request_timeout_seconds, "limits.request_timeout_seconds"),
+        positive(config.http_threads, "http_threads"),
+        positive(config.max_connections, "limits.max_connections"),
+        positive(config.max_connections_per_client, "limits.max_connections_per_client")}) {
     if (!check) return check;
   }
   for (auto check :
@@ -183,12 +186,11 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
     return invalid(where + ": a number is out of range");
   }
   if (!root.is_object()) return invalid(where + ": expected a JSON object");
-  if (auto ok = only_keys(
-          root,
-          {"listen", "grpc_listen", "tenants", "token_file", "tls_cert", "tls_key", "limits",
-           "rate_limit", "http_threads", "log_level", "backend", "shutdown_grace_seconds",
-           "metrics_release"},
-          where);
+  if (auto ok = only_keys(root,
+                          {"listen", "grpc_listen", "tenants", "token_file", "tls_cert", "tls_key",
+                           "limits", "rate_limit", "http_threads", "log_level", "backend",
+                           "shutdown_grace_seconds", "metrics_release"},
+                          where);
       !ok) {
     return std::unexpected(ok.error());
   }
@@ -218,16 +220,20 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
     if (!limits.is_object()) return invalid(at + ": expected an object");
     if (auto ok = only_keys(limits,
                             {"max_body_bytes", "max_digests_per_request", "max_header_bytes",
-                             "idle_timeout_seconds", "request_timeout_seconds"},
+                             "idle_timeout_seconds", "request_timeout_seconds", "max_connections",
+                             "max_connections_per_client"},
                             at);
         !ok) {
       return std::unexpected(ok.error());
     }
-    for (auto ok : {field(limits, "max_body_bytes", config.max_body_bytes, at),
-                    field(limits, "max_digests_per_request", config.max_digests, at),
-                    field(limits, "max_header_bytes", config.max_header_bytes, at),
-                    field(limits, "idle_timeout_seconds", config.idle_timeout_seconds, at),
-                    field(limits, "request_timeout_seconds", config.request_timeout_seconds, at)}) {
+    for (auto ok :
+         {field(limits, "max_body_bytes", config.max_body_bytes, at),
+          field(limits, "max_digests_per_request", config.max_digests, at),
+          field(limits, "max_header_bytes", config.max_header_bytes, at),
+          field(limits, "idle_timeout_seconds", config.idle_timeout_seconds, at),
+          field(limits, "request_timeout_seconds", config.request_timeout_seconds, at),
+          field(limits, "max_connections", config.max_connections, at),
+          field(limits, "max_connections_per_client", config.max_connections_per_client, at)}) {
       if (!ok) return std::unexpected(ok.error());
     }
   }
@@ -351,22 +357,31 @@ Result<std::vector<TokenEntry>> parse_token_file(std::string_view text, std::str
   return entries;
 }
 
-Result<std::vector<TokenEntry>> read_token_file(const std::filesystem::path& path) {
+Result<void> check_private_file(const std::filesystem::path& path, std::string_view what) {
   const std::string where = path.string();
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
-    return fail(ErrorCode::kIo, where + ": cannot stat the token file: " + std::strerror(errno));
+    return fail(ErrorCode::kIo,
+                where + ": cannot stat the " + std::string(what) + ": " + std::strerror(errno));
   }
   if (!S_ISREG(info.st_mode)) {
-    return fail(ErrorCode::kInvalidKey, where + ": a token file must be a regular file");
+    return fail(ErrorCode::kInvalidKey,
+                where + ": a " + std::string(what) + " must be a regular file");
   }
   if ((info.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(info.st_mode & 0777));
-    return fail(ErrorCode::kInvalidKey,
-                where + ": the token file may be read or written by its group or others (mode " +
-                    mode + "); chmod 600 it");
+    return fail(ErrorCode::kInvalidKey, where + ": the " + std::string(what) +
+                                            " may be read or written by its group or others "
+                                            "(mode " +
+                                            mode + "); chmod 600 it");
   }
+  return {};
+}
+
+Result<std::vector<TokenEntry>> read_token_file(const std::filesystem::path& path) {
+  const std::string where = path.string();
+  if (auto ok = check_private_file(path, "token file"); !ok) return std::unexpected(ok.error());
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return fail(ErrorCode::kIo, where + ": cannot open the token file: " + std::strerror(errno));

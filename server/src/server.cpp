@@ -28,7 +28,21 @@ Server::~Server() {
   wait();
 }
 
+namespace {
+
+// Whether `host` only reaches this machine (127.0.0.0/8, ::1, localhost).
+bool loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Server>> Server::start(const ServerConfig& config, ServerOptions options) {
+  if (config.tls_key) {
+    if (auto ok = check_private_file(*config.tls_key, "TLS private key"); !ok) {
+      return std::unexpected(ok.error());
+    }
+  }
   auto core = Core::create(config, options);
   if (!core) return std::unexpected(core.error());
   auto state = std::make_unique<State>();
@@ -61,6 +75,24 @@ Result<std::unique_ptr<Server>> Server::start(const ServerConfig& config, Server
                                  {"ready", state->core->ready()}};
   if (state->grpc) line["grpc"] = state->grpc->address();
   state->core->logger().log(LogLevel::kInfo, std::move(line));
+  // Without tokens anyone who can reach the port may read every tenant and
+  // POST /admin/reload: fine on loopback, loud anywhere else.
+  if (!config.token_file) {
+    std::vector<std::string> open;
+    if (!loopback_host(http_address->host)) open.push_back(state->http->address());
+    if (state->grpc && !loopback_host(parse_listen_address(config.grpc_listen)->host)) {
+      open.push_back(state->grpc->address());
+    }
+    if (!open.empty()) {
+      nlohmann::ordered_json warning = {
+          {"event", "insecure_listen"},
+          {"addresses", open},
+          {"message",
+           "WARNING: serving on a non-loopback address without a token file: anyone who can "
+           "reach it may ask every tenant and POST /admin/reload; give --token-file"}};
+      state->core->logger().log(LogLevel::kWarn, std::move(warning));
+    }
+  }
   return std::unique_ptr<Server>(new Server(std::move(state)));
 }
 

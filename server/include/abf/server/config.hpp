@@ -53,10 +53,14 @@ struct ServerConfig {
   std::size_t max_header_bytes = 8192;     // all header lines together, 431 beyond
   unsigned idle_timeout_seconds = 30;      // a keep-alive connection with no request
   unsigned request_timeout_seconds = 10;   // to read a request, or write an answer
-  unsigned http_threads = 64;              // connections served at once
-  unsigned shutdown_grace_seconds = 30;    // SIGTERM: in-flight requests finish
-  std::string log_level = "info";          // debug, info, warn, error
-  std::string backend = "auto";            // the filter engine (abf::Backend name)
+  // Open HTTP connections, all clients together and from one address;
+  // beyond them a new connection gets 503 and is closed.
+  std::size_t max_connections = 1024;
+  std::size_t max_connections_per_client = 128;
+  unsigned http_threads = 64;            // HTTP threads kept for new connections
+  unsigned shutdown_grace_seconds = 30;  // SIGTERM: in-flight requests finish
+  std::string log_level = "info";        // debug, info, warn, error
+  std::string backend = "auto";          // the filter engine (abf::Backend name)
   // The counters that follow filter answers (query, negative, maybe,
   // false_positive, exact_lookup, filter_bypass, their ratios) and the
   // latency histograms reach /metrics only as a release: at most one every
@@ -105,10 +109,16 @@ struct TokenEntry {
 //   <token> <scope>[,<scope>...]
 // where a scope is a tenant name, "*" (every tenant), "@metrics" (may read
 // /metrics and /readyz's per-tenant details) or "@admin" (the operator: may
-// POST /admin/reload, and read what @metrics may). A token is 16 to 512 printable ASCII characters without
-// spaces. kInvalidArgument "<source>: line N: ..." (never quoting the
-// token); a token given twice is refused.
+// POST /admin/reload, and read what @metrics may). A token is 16 to 512 printable ASCII characters
+// without spaces. kInvalidArgument "<source>: line N: ..." (never quoting the token); a token given
+// twice is refused.
 Result<std::vector<TokenEntry>> parse_token_file(std::string_view text, std::string_view source);
+
+// Refuses (kInvalidKey, naming the file, `what` and its mode) a secret file
+// that is not a regular file or that its group or others may read or write,
+// as ssh does its private keys; kIo when it cannot be inspected. For token
+// files, key files and the TLS private key.
+Result<void> check_private_file(const std::filesystem::path& path, std::string_view what);
 
 // Reads and parses a token file, refused (kInvalidKey) when it is not a
 // regular file or when its group or others may read it (like key files).
