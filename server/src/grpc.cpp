@@ -3,8 +3,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -24,6 +29,30 @@ Result<std::string> read_pem(const std::filesystem::path& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// Why gRPC could not listen on host:port, which it does not say: the errno
+// of a plain bind(2) there, as the HTTP front reports it.
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return "cannot resolve the host";
+  }
+  std::string reason = "unknown reason";
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0) reason = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return reason;
 }
 
 std::string_view metadata(const grpc::ServerContext& context, std::string_view key) {
@@ -169,6 +198,9 @@ Result<void> GrpcFront::start(const ListenAddress& address) {
       ":" + std::to_string(address.port);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(where, credentials, &impl_->port);
+  // One owner per port: gRPC sets SO_REUSEPORT by default, so a second
+  // server on the same port would start and take half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // A 64 Ki-digest request is about 6 MB of protobuf; the body limit applies.
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<std::size_t>(config.max_body_bytes, std::numeric_limits<int>::max())));
@@ -176,7 +208,8 @@ Result<void> GrpcFront::start(const ListenAddress& address) {
   builder.RegisterService(&impl_->service);
   impl_->server = builder.BuildAndStart();
   if (impl_->server == nullptr || impl_->port == 0) {
-    return fail(ErrorCode::kIo, "gRPC: cannot listen on " + where);
+    return fail(ErrorCode::kIo, "gRPC: cannot listen on " + where + ": " +
+                                    bind_failure(address.host, address.port));
   }
   impl_->host = address.host;
   return {};
