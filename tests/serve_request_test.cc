@@ -268,7 +268,7 @@ TEST(ServeConfig, NamesEveryMistake) {
 TEST(ServeConfig, NumberOutOfRangeIsAnError) {
   const std::string tenant = R"({"name": "a", "snapshot": "a.abf", "db": "a.db"})";
   for (const std::string& text : {R"({"listen": 1e3080, "tenants": [)" + tenant + "]}",
-                                 R"({"tenants": [)" + tenant + R"(], "http_threads": 1e400})"}) {
+                                  R"({"tenants": [)" + tenant + R"(], "http_threads": 1e400})"}) {
     const auto config = parse_server_config(text, "abf.json", "/base");
     ASSERT_FALSE(config) << text;
     EXPECT_EQ(config.error().code, ErrorCode::kInvalidArgument);
@@ -287,8 +287,7 @@ TEST(ServeConfig, WholeNumberTooLargeForItsFieldIsAnError) {
       R"({"tenants": [)" + tenant + R"(], "http_threads": 4294967297})", "abf.json", "/base");
   ASSERT_FALSE(config);
   EXPECT_EQ(config.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(config.error().message.find("http_threads: 4294967297 is too large"),
-            std::string::npos)
+  EXPECT_NE(config.error().message.find("http_threads: 4294967297 is too large"), std::string::npos)
       << config.error().message;
 }
 
@@ -405,6 +404,50 @@ TEST(ServeConfig, MetricsRelease) {
   refused = parse_server_config(base + R"(, "metrics_release": {"seconds": 5}})", "c.json", "");
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("unknown key \"seconds\""), std::string::npos);
+}
+
+// JSON bodies are read as a stream (SAX): what is refused is refused at the
+// first mistake, and nesting is bounded (a DOM of `[[[...` cost 44 times
+// the body's bytes).
+TEST(ServeBody, JsonIsReadAsAStreamWithBoundedNesting) {
+  const auto d = test::member_digests(3);
+  const std::string deep = R"({"x": )" + std::string(100000, '[');
+  const auto nested = parse_find_missing_body(BodyEncoding::kJson, deep, 3);
+  ASSERT_FALSE(nested);
+  EXPECT_EQ(nested.error().code, "invalid_json");
+  EXPECT_NE(nested.error().message.find("nested deeper than 32"), std::string::npos)
+      << nested.error().message;
+  // An array at the top is refused at its first byte.
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, std::string(100000, '['), 3).error().code,
+            "invalid_request");
+  // Other keys are skipped, nested or not; "digests" may come anywhere.
+  const std::string mixed = R"({"a": {"digests": 1, "b": [1, {"c": null}]}, "digests": ["sha256:)" +
+                            d[0].hex() + R"("], "z": true})";
+  EXPECT_EQ(*parse_find_missing_body(BodyEncoding::kJson, mixed, 3),
+            std::vector<Digest>(d.begin(), d.begin() + 1));
+  // Numbers where digests belong: refused at the first, whatever follows.
+  std::string zeros = R"({"digests": [0)";
+  for (int i = 0; i < 1000; ++i) zeros += ",0";
+  const auto numbers = parse_find_missing_body(BodyEncoding::kJson, zeros + "]}", 3);
+  ASSERT_FALSE(numbers);
+  EXPECT_EQ(numbers.error().code, "invalid_digest");
+  EXPECT_NE(numbers.error().message.find("digests[0]"), std::string::npos);
+  // One digest past the limit stops the reading: 413 although the rest is not JSON.
+  std::string many = R"({"digests": [)";
+  for (int i = 0; i < 4; ++i) many += "\"" + d[i % 3].hex() + "\",";
+  const auto over = parse_find_missing_body(BodyEncoding::kJson, many + "garbage", 3);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().status, 413);
+  EXPECT_EQ(over.error().code, "too_many_digests");
+  for (const std::string body :
+       {R"({"digests": [], "digests": []})", R"({"digests": "x"})",
+        R"({"digests": [["sha256:00"]]})", R"({"digests": [{}]})", R"("sha256:00")", "{}"}) {
+    const auto refused = parse_find_missing_body(BodyEncoding::kJson, body, 3);
+    ASSERT_FALSE(refused) << body;
+    EXPECT_EQ(refused.error().status, 400) << body;
+  }
+  EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, R"({"digests": []} x)", 3).error().code,
+            "invalid_json");
 }
 
 }  // namespace
