@@ -216,8 +216,9 @@ Command add_serve_command(CLI::App& root) {
                   "Most digests per request (default 262144; 413 beyond)");
   app->add_option("--idle-timeout", options->idle_timeout,
                   "Seconds a keep-alive connection may idle (default 30)");
-  app->add_option("--http-threads", options->http_threads,
-                  "HTTP connections served at once (default 64)");
+  app->add_option(
+      "--http-threads", options->http_threads,
+      "HTTP threads kept for new connections (default 64; each open connection has one)");
   app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   add_backend_option(*app, options->backend, "Filter engine");

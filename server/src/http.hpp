@@ -1,5 +1,6 @@
-// The HTTP/1.1 front of `abf serve` (cpp-httplib; TLS when the config has a
-// certificate). Internal.
+// The HTTP/1.1 front of `abf serve`: its own listener, connection caps and
+// request deadlines, cpp-httplib's request parser, TLS (OpenSSL) when the
+// config has a certificate. Internal.
 #pragma once
 
 #include <memory>
@@ -24,8 +25,9 @@ class HttpFront {
   void run();
   // Whether run() is serving (so that stop() will reach it).
   bool running() const;
-  // Closes the listener; connections finish the request they are on.
-  // run() returns once every worker is done.
+  // Closes the listener; idle connections close, busy ones finish the
+  // request they are on within shutdown_grace_seconds (then their sockets
+  // are shut down). run() returns once every connection is done.
   void stop();
 
  private:

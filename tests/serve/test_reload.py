@@ -123,8 +123,12 @@ class ReloadUnderLoad(unittest.TestCase):
         if how == "admin":
             response = requests.post(self.server.url + "/admin/reload", headers=self.headers,
                                      timeout=60)
-            self.assertEqual(response.status_code, 200, response.text)
+            # 500 with the reason when the snapshot was refused, 200 when not.
             report = response.json()["tenants"][0]
+            self.assertEqual(response.status_code, 200 if report["ok"] else 500, response.text)
+            if not report["ok"]:
+                self.assertEqual(response.json()["error"]["code"], "reload_failed")
+                self.assertIn(report["error"], response.json()["error"]["message"])
             return report["ok"], report["catalog_version"]
         before = self.failed_reloads()
         wanted = self.catalog.version
