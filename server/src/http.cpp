@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1037,6 +1038,16 @@ Result<void> HttpFront::bind(const ListenAddress& address) {
     return fail(ErrorCode::kIo, "HTTP: cannot listen on " + where + ": " + std::strerror(error));
   }
   impl_->listener = fd;
+  // A descriptor per connection: the soft limit (1024 under systemd by
+  // default) is raised toward the hard one to fit max_connections, so the
+  // cap, not EMFILE, is what a flood meets.
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    const rlim_t wanted = static_cast<rlim_t>(config.max_connections) + 256;
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < wanted) {
+      files.rlim_cur = files.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, files.rlim_max);
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
+  }
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
