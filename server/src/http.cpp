@@ -764,14 +764,15 @@ struct HttpFront::Impl {
       ssl = SSL_new(tls);
       if (ssl != nullptr) SSL_set_fd(ssl, accepted.fd);
     }
-    {
-      Connection connection(accepted.fd, ssl, accepted.ip, accepted.port);
-      connection.write_timeout = request_timeout;
-      if (tls == nullptr ||
-          (ssl != nullptr && connection.handshake(Clock::now() + request_timeout))) {
-        converse(connection, id);
-      }
-    }  // closes the socket
+    Connection connection(accepted.fd, ssl, accepted.ip, accepted.port);
+    connection.write_timeout = request_timeout;
+    if (tls == nullptr ||
+        (ssl != nullptr && connection.handshake(Clock::now() + request_timeout))) {
+      converse(connection, id);
+    }
+    // Forgotten before the socket closes (when `connection` goes): a
+    // shutdown(2) from run() must never reach a descriptor number that was
+    // closed and given to another file.
     const std::lock_guard lock(mutex);
     open.erase(id);
     if (auto found = per_client.find(accepted.ip);
