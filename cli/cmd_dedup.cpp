@@ -41,6 +41,7 @@ struct DedupOptions {
   std::string key_file;
   bool exact_only = false;
   bool json = false;
+  std::uint64_t head_cache_digests = service::kDefaultHeadCacheDigests;
   unsigned threads = 0;
   int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
@@ -60,6 +61,7 @@ nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filte
   const std::uint64_t absent = c.total - c.present;
   return {
       {"catalog_version", report.catalog_version},
+      {"snapshot_version", report.lag.snapshot_version},
       {"filter", filter_used},
       {"total", c.total},
       {"new", written},
@@ -68,6 +70,10 @@ nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filte
       {"negative", c.negative},
       {"maybe", c.maybe},
       {"false_positives", c.false_positive},
+      {"lag_versions", report.lag.versions_behind},
+      {"lag_digests_added", report.lag.digests_added},
+      {"head_lookups", c.head_lookups},
+      {"head_present", c.head_present},
       {"exact_lookups", c.exact_lookups},
       {"exact_lookups_avoided", c.lookups_avoided()},
       {"negative_bypass_ratio", c.negative_bypass_ratio()},
@@ -132,6 +138,7 @@ int run_dedup(const DedupOptions& options) {
   service::ServiceOptions service_options;
   service_options.use_filter = !options.exact_only;
   service_options.backend = *backend;
+  service_options.head_cache_digests = options.head_cache_digests;
   const service::ArtifactExistenceService service(publisher, *catalog, &metrics, service_options);
   std::string text;
   // Each new digest once, at its first occurrence: the set holds the
@@ -163,11 +170,20 @@ int run_dedup(const DedupOptions& options) {
     counts = json_text(json);
   } else {
     std::ostringstream out;
-    out << "abf dedup: catalog version " << version << ", "
+    out << "abf dedup: catalog version " << result->catalog_version << ", "
         << (options.exact_only ? "exact store only" : "filter in front") << ", " << result->seconds
         << " s\n";
+    if (result->lag.versions_behind != 0) {
+      out << "  snapshot of version " << version << ", behind the catalog by "
+          << result->lag.versions_behind << " version(s) and " << result->lag.digests_added
+          << " added digest(s):\n  its absent answers were checked against those (a snapshot"
+             " rebuilt with abf build --from-catalog needs no such check)\n";
+    }
     for (const auto& [name, value] : json.items()) {
-      if (name == "catalog_version" || name == "filter" || name == "seconds") continue;
+      if (name == "catalog_version" || name == "snapshot_version" || name == "filter" ||
+          name == "seconds") {
+        continue;
+      }
       out << "  " << name << ' ' << value.dump() << '\n';
     }
     counts = out.str();
@@ -184,15 +200,22 @@ Command add_dedup_command(CLI::App& root) {
       "dedup", "Print the input digests not in the catalog (bulk dedup through the filter)");
   app->footer(
       "Output: one lowercase hex digest per line, in input order: the input digests absent from\n"
-      "the catalog at the snapshot's catalog version. The filter proves most of them absent;\n"
-      "each `Maybe` costs one SQLite lookup, so the output always equals the catalog's answer.\n"
+      "the catalog at its newest version (read once, at the start). The filter proves most of\n"
+      "them absent; each `Maybe` costs one SQLite lookup, so the output always equals the\n"
+      "catalog's answer. A snapshot older than the catalog still answers exactly: its `absent`\n"
+      "answers are checked against the digests added after its version (held in memory, up to\n"
+      "--head-cache-digests; beyond that each is one SQLite lookup), and the counts say how far\n"
+      "it lags (lag_versions, lag_digests_added) and what that cost (head_lookups; head_present:\n"
+      "those found present, which the snapshot alone would have listed as new).\n"
       "Each new digest is written once, at its first occurrence; later ones count as\n"
       "repeats (the digests written so far are held in memory: about 64 bytes each, at\n"
       "most 130 while the set grows).\n"
       "Counts go to stderr (to stdout with --output FILE), as JSON with --json, and with\n"
-      "--stats-json to a JSON file: total = new + repeats + present, negative, maybe,\n"
-      "false_positives, exact_lookups, exact_lookups_avoided, negative_bypass_ratio,\n"
-      "observed_false_positive_rate, false_discovery_ratio, seconds.\n"
+      "--stats-json to a JSON file: catalog_version (the version the output is exact for),\n"
+      "snapshot_version, total = new + repeats + present, negative, maybe, false_positives,\n"
+      "lag_versions, lag_digests_added, head_lookups, head_present, exact_lookups,\n"
+      "exact_lookups_avoided, negative_bypass_ratio, observed_false_positive_rate,\n"
+      "false_discovery_ratio, seconds.\n"
       "Nothing is written on error: files are left as they were, and digests for standard\n"
       "output (the default) are staged (in memory up to 1 MiB, then in an unlinked\n"
       "temporary file in $TMPDIR, default /tmp) and copied to stdout only at the end.\n"
@@ -223,6 +246,10 @@ Command add_dedup_command(CLI::App& root) {
   add_backend_option(*app, options->backend, "Filter engine");
   app->add_flag("--exact-only", options->exact_only,
                 "Ask SQLite for every candidate, filter unused (the baseline; same output)");
+  app->add_option("--head-cache-digests", options->head_cache_digests,
+                  "Most digests added after the snapshot's version to hold in memory (32 bytes\n"
+                  "each; default 2097152); beyond it each filter `absent` is a SQLite lookup")
+      ->check(CLI::NonNegativeNumber);
   add_threads_option(*app, options->threads);
   add_busy_timeout_option(*app, options->busy_timeout_ms);
   return {app, [options] { return run_dedup(*options); }};

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -39,6 +40,7 @@ struct ServeOptions {
   std::size_t max_digests = 0;
   unsigned idle_timeout = 0;
   unsigned http_threads = 0;
+  std::optional<std::uint64_t> head_cache_digests;
 };
 
 #ifdef ABF_WITH_SERVER
@@ -79,6 +81,7 @@ Result<server::ServerConfig> make_config(const ServeOptions& options) {
   if (options.max_digests > 0) config.max_digests = options.max_digests;
   if (options.idle_timeout > 0) config.idle_timeout_seconds = options.idle_timeout;
   if (options.http_threads > 0) config.http_threads = options.http_threads;
+  if (options.head_cache_digests) config.head.cache_digests = *options.head_cache_digests;
   if (auto ok = server::validate(config); !ok) return std::unexpected(ok.error());
   return config;
 }
@@ -177,9 +180,10 @@ Command add_serve_command(CLI::App& root) {
       "                                   token)   POST /admin/reload (an @admin token)\n"
       "gRPC (--grpc-listen): build.bazel.remote.execution.v2.ContentAddressableStorage/\n"
       "FindMissingBlobs, instance_name = tenant.\n"
-      "Every answer is exact at the snapshot's catalog version (header X-Abf-Catalog-Version,\n"
-      "gRPC trailer x-abf-catalog-version): the filter proves absence, the catalog answers\n"
-      "every maybe. SIGHUP or POST /admin/reload re-read each snapshot (a bad one is refused,\n"
+      "Every answer is exact at the catalog's newest version, read once per request (header\n"
+      "X-Abf-Catalog-Version, gRPC trailer x-abf-catalog-version): the filter proves absence,\n"
+      "the catalog answers every maybe and every absent the catalog may have added after the\n"
+      "snapshot's version. SIGHUP or POST /admin/reload re-read each snapshot (a bad one is refused,\n"
       "counted, and the old one keeps serving); SIGTERM stops gracefully.\n"
       "Prints one JSON ready line on stdout ({\"event\":\"ready\",\"http\":\"HOST:PORT\",...});\n"
       "logs (one JSON object a line, an access line per request, digests never at info) on\n"
@@ -222,6 +226,11 @@ Command add_serve_command(CLI::App& root) {
   app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   add_backend_option(*app, options->backend, "Filter engine");
+  app->add_option("--head-cache-digests", options->head_cache_digests,
+                  "Most digests added after a snapshot's version held in memory per tenant\n"
+                  "(32 bytes each; default 2097152); beyond it every filter absent is a\n"
+                  "catalog lookup")
+      ->check(CLI::NonNegativeNumber);
   return {app, [options, app] {
             options->listen_given = app->count("--listen") > 0;
             return run_serve(*options);

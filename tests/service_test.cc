@@ -198,13 +198,29 @@ TEST(ServiceTest, AnOlderSnapshotNeverAnswersAbsentForANewerVersion) {
   EXPECT_TRUE(at43->exists);
   EXPECT_FALSE(at43->filter_negative);
   EXPECT_EQ(at43->catalog_version, 43u);
-  EXPECT_EQ(metrics.get(Counter::kFilterBypass), 1u);
+  EXPECT_TRUE(at43->head_lookup);  // the filter's absent, checked against what 43 added
+  EXPECT_EQ(metrics.get(Counter::kHeadLookup), 1u);
+  EXPECT_EQ(metrics.get(Counter::kHeadPresent), 1u);
+  // exists() answers at the catalog's head, 43, the same way.
+  auto at_head = service.exists(late);
+  ASSERT_TRUE(at_head.has_value());
+  EXPECT_TRUE(at_head->exists);
+  EXPECT_EQ(at_head->catalog_version, 43u);
   // At the snapshot's own version, `late` is rightly absent, by the filter.
-  auto at42 = service.exists(late);
+  auto at42 = service.exists_at_version(late, 42);
   ASSERT_TRUE(at42.has_value());
   EXPECT_FALSE(at42->exists);
   EXPECT_TRUE(at42->filter_negative);
   EXPECT_EQ(at42->catalog_version, 42u);
+  // And so does a service that answers at the snapshot's version.
+  const ArtifactExistenceService frozen(publisher, store, nullptr, {.answer_at_head = false});
+  auto frozen_answer = frozen.exists(late);
+  ASSERT_TRUE(frozen_answer.has_value());
+  EXPECT_FALSE(frozen_answer->exists);
+  EXPECT_EQ(frozen_answer->catalog_version, 42u);
+  // Beyond the head the store alone answers.
+  EXPECT_TRUE(service.exists_at_version(late, 44).has_value());
+  EXPECT_EQ(metrics.get(Counter::kFilterBypass), 1u);
 
   // Removed at 44: a snapshot of 44 no longer holds it, and a query at 43
   // (older than the snapshot) still finds it through the store.

@@ -367,7 +367,9 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     and only its maybes are looked up in the catalog, a SQLite file each
     worker opens read-only (``catalog``: its path, as the workers see it, or
     an ``abf.Catalog``, whose path is taken). Answers are exact: the catalog's
-    own, at the filter's catalog version. Returns a (M, 32) uint8 array, and
+    own, each partition's at the catalog's newest version when it runs (as
+    ``abf.dedup``'s; the counts' ``catalog_version`` is the oldest of those),
+    however old the filter. Returns a (M, 32) uint8 array, and
     with ``return_counts`` also the summed counts (as ``abf.dedup``'s).
 
     When the catalog file is also readable here, the filter is checked
@@ -396,7 +398,9 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
         missing = np.empty((0, _DIGEST), np.uint8)
     if not return_counts:
         return missing
-    counts: dict[str, Any] = {"catalog_version": filter.catalog_version, "filter": True}
+    oldest = min((int(r[1]["catalog_version"]) for r in results), default=None)
+    counts: dict[str, Any] = {
+        "catalog_version": filter.catalog_version if oldest is None else oldest, "filter": True}
     for name in _SUMMED:
         counts[name] = sum(int(r[1][name]) for r in results)
     counts["new"] = len(missing)

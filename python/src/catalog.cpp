@@ -233,7 +233,7 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
   std::vector<Digest> missing;
   service::BatchCounts counts;
   double seconds = 0;
-  const std::uint64_t version = set.catalog_version();
+  std::uint64_t version = set.catalog_version();  // then the head the answers are exact at
   Result<void> done;
   {
     py::gil_scoped_release release;
@@ -257,13 +257,18 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       options.use_filter = use_filter;
       options.backend = engine;
       const service::ArtifactExistenceService service(publisher, catalog, nullptr, options);
+      // One head for the whole call: every answer exact at the catalog's
+      // newest version, read once (PROTOCOL.md section 8).
+      auto head = service.head(**snapshot);
+      if (!head) return std::unexpected(head.error());
+      version = head->catalog_version;
       std::unordered_set<Digest, DigestHash> seen;
       const auto span = input.span();
       const std::size_t batch = std::min(batch_size, std::max<std::size_t>(span.size(), 1));
       std::unique_ptr<bool[]> present(new bool[batch]);
       for (std::size_t at = 0; at < span.size(); at += batch) {
         const auto part = span.subspan(at, std::min(batch, span.size() - at));
-        auto c = service.exists_batch(part, {present.get(), part.size()}, **snapshot);
+        auto c = service.exists_batch(part, {present.get(), part.size()}, **snapshot, *head);
         if (!c) return std::unexpected(c.error());
         counts += *c;
         append_missing(part, present.get(), seen, missing);
@@ -450,10 +455,11 @@ version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
   m.def("dedup", &dedup, py::arg("digests"), py::arg("filter"), py::arg("catalog"),
         py::arg("key") = py::none(), py::arg("use_filter") = true, py::arg("return_counts") = false,
         py::arg("backend") = "auto", py::arg("batch_size") = 1 << 20, R"doc(
-Bulk dedup: the digests not in the catalog at the filter's catalog version,
-in input order, each once, as a uint8 array (M, 32). The filter proves most
-of them absent; only its maybes are looked up in the catalog, so the answer
-always equals the catalog's.
+Bulk dedup: the digests not in the catalog at its newest version (read once
+per call; counts' catalog_version), in input order, each once, as a uint8
+array (M, 32). The filter proves most of them absent; only its maybes, and
+its absents for digests the catalog added after the filter's version, are
+looked up in the catalog, so the answer always equals the catalog's.
 
 filter: a Filter, a FilterSet or a path (loaded with key). catalog: an
 abf.Catalog or a path (opened read-only). The filter must be of this

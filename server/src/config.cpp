@@ -41,6 +41,9 @@ Result<void> read_field(const json& object, const char* key, T& out, const std::
   if constexpr (std::is_same_v<T, std::string>) {
     if (!value.is_string()) return invalid(where + "." + key + ": expected a string");
     out = value.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!value.is_boolean()) return invalid(where + "." + key + ": expected true or false");
+    out = value.get<bool>();
   } else if constexpr (std::is_same_v<T, double>) {
     if (!value.is_number() || value.get<double>() < 0) {
       return invalid(where + "." + key + ": expected a number >= 0");
@@ -189,7 +192,7 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
   if (auto ok = only_keys(root,
                           {"listen", "grpc_listen", "tenants", "token_file", "tls_cert", "tls_key",
                            "limits", "rate_limit", "http_threads", "log_level", "backend",
-                           "shutdown_grace_seconds", "metrics_release"},
+                           "shutdown_grace_seconds", "metrics_release", "head"},
                           where);
       !ok) {
     return std::unexpected(ok.error());
@@ -235,6 +238,15 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
           field(limits, "max_connections", config.max_connections, at),
           field(limits, "max_connections_per_client", config.max_connections_per_client, at)}) {
       if (!ok) return std::unexpected(ok.error());
+    }
+  }
+  if (root.contains("head")) {
+    const json& head = root["head"];
+    const std::string at = where + ": head";
+    if (!head.is_object()) return invalid(at + ": expected an object");
+    if (auto ok = only_keys(head, {"cache_digests"}, at); !ok) return std::unexpected(ok.error());
+    if (auto ok = field(head, "cache_digests", config.head.cache_digests, at); !ok) {
+      return std::unexpected(ok.error());
     }
   }
   if (root.contains("rate_limit")) {

@@ -366,6 +366,7 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
         std::make_unique<service::SnapshotPublisher>(&tenant->metrics, binding->id, binding->name);
     service::ServiceOptions service_options;
     service_options.backend = core->backend_;
+    service_options.head_cache_digests = config.head.cache_digests;
     tenant->service = std::make_unique<service::ArtifactExistenceService>(
         *tenant->publisher, *tenant->catalog, &tenant->metrics, service_options);
     core->by_name_[tenant_config.name] = tenant.get();
@@ -431,17 +432,20 @@ RequestResult<void> Core::check_operations(const Caller& caller) const {
 
 RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
                                                      std::span<const Digest> digests) {
-  // One snapshot for the whole batch: its filter, and its version for the
-  // catalog lookups of the maybes and for the answer's version.
+  // One snapshot for the whole batch, and one catalog head, read once: the
+  // answer is exact at the head (PROTOCOL.md section 8), the version the
+  // answer carries.
   const auto snapshot = tenant.publisher->current();
   if (snapshot == nullptr) {
     return refuse(
         503, "no_snapshot",
         "tenant " + tenant.config.name + " has no verified snapshot yet; retry after a reload", 5);
   }
+  auto head = tenant.service->head(*snapshot);
   auto exists = std::make_unique<bool[]>(std::max<std::size_t>(digests.size(), 1));
-  auto counts = tenant.service->exists_batch(digests, std::span<bool>(exists.get(), digests.size()),
-                                             *snapshot);
+  auto counts = head ? tenant.service->exists_batch(
+                           digests, std::span<bool>(exists.get(), digests.size()), *snapshot, *head)
+                     : Result<service::BatchCounts>(std::unexpected(head.error()));
   if (!counts) {
     logger_->log(LogLevel::kError, {{"event", "catalog_error"},
                                     {"tenant", tenant.config.name},
@@ -451,7 +455,7 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
   }
   FindMissingOutcome outcome;
   outcome.counts = *counts;
-  outcome.catalog_version = snapshot->catalog_version();
+  outcome.catalog_version = head->catalog_version;
   outcome.missing.reserve(digests.size() - counts->present);
   for (std::size_t i = 0; i < digests.size(); ++i) {
     if (!exists[i]) outcome.missing.push_back(static_cast<std::uint32_t>(i));

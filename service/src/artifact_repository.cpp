@@ -1,6 +1,7 @@
 // MemoryRepository: the in-memory exact store with catalog versions.
 #include "abf/service/artifact_repository.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace abf::service {
@@ -21,14 +22,17 @@ std::uint64_t MemoryRepository::add(std::span<const Digest> digests) {
   const std::lock_guard lock(mutex_);
   const std::uint64_t version = ++version_;
   CatalogContent content = contents_.back();
+  std::uint64_t added = 0;
   for (const Digest& digest : digests) {
     auto& list = intervals_[digest];
     if (!list.empty() && list.back().removed == 0) continue;  // present already
     list.push_back({version, 0});
     ++content.item_count;
     content.fingerprint += ContentFingerprint::of(digest);
+    ++added;
   }
   contents_.push_back(content);
+  changes_.emplace_back(added, 0);
   return version;
 }
 
@@ -36,14 +40,17 @@ std::uint64_t MemoryRepository::remove(std::span<const Digest> digests) {
   const std::lock_guard lock(mutex_);
   const std::uint64_t version = ++version_;
   CatalogContent content = contents_.back();
+  std::uint64_t removed = 0;
   for (const Digest& digest : digests) {
     const auto it = intervals_.find(digest);
     if (it == intervals_.end() || it->second.back().removed != 0) continue;
     it->second.back().removed = version;
     --content.item_count;
     content.fingerprint -= ContentFingerprint::of(digest);
+    ++removed;
   }
   contents_.push_back(content);
+  changes_.emplace_back(0, removed);
   return version;
 }
 
@@ -90,6 +97,48 @@ Result<CatalogContent> MemoryRepository::content_at_version(std::uint64_t catalo
                     " does not exist (latest is " + std::to_string(version_) + ")");
   }
   return contents_[catalog_version];
+}
+
+Result<void> MemoryRepository::check_range_locked(std::uint64_t after, std::uint64_t upto) const {
+  if (after > upto || upto > version_) {
+    return fail(ErrorCode::kInvalidArgument,
+                "memory repository: no version range (" + std::to_string(after) + ", " +
+                    std::to_string(upto) + "] (latest is " + std::to_string(version_) + ")");
+  }
+  return {};
+}
+
+Result<VersionChanges> MemoryRepository::changes_between(std::uint64_t after, std::uint64_t upto) {
+  const std::lock_guard lock(mutex_);
+  if (auto ok = check_range_locked(after, upto); !ok) return std::unexpected(ok.error());
+  VersionChanges changes{.versions = upto - after};
+  for (std::uint64_t version = after + 1; version <= upto; ++version) {
+    changes.added += changes_[version - 1].first;
+    changes.removed += changes_[version - 1].second;
+  }
+  return changes;
+}
+
+Result<void> MemoryRepository::for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                                     const DigestSink& sink,
+                                                     std::size_t chunk_size) {
+  if (chunk_size == 0) chunk_size = 65536;
+  std::vector<Digest> added;
+  {
+    const std::lock_guard lock(mutex_);
+    if (auto ok = check_range_locked(after, upto); !ok) return ok;
+    for (const auto& [digest, list] : intervals_) {
+      for (const Interval& interval : list) {
+        if (interval.added > after && interval.added <= upto) added.push_back(digest);
+      }
+    }
+  }
+  // The sink is called without the lock: it may ask this store again.
+  for (std::size_t at = 0; at < added.size(); at += chunk_size) {
+    const std::span<const Digest> part(added.data() + at, std::min(chunk_size, added.size() - at));
+    if (auto ok = sink(part); !ok) return ok;
+  }
+  return {};
 }
 
 std::optional<CatalogBinding> MemoryRepository::catalog_binding() const {

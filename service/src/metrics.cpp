@@ -21,6 +21,8 @@ constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "artifact_bloom.invalid_digest.count",
     "artifact_bloom.snapshot.load_failure.count",
     "artifact_bloom.snapshot.publish.count",
+    "artifact_bloom.head_lookup.count",
+    "artifact_bloom.head_present.count",
 };
 
 // The Prometheus names (https://prometheus.io/docs/practices/naming/): a
@@ -35,6 +37,8 @@ constexpr std::array<std::string_view, kCounterCount> kCounterPrometheusNames = 
     "artifact_bloom_invalid_digest_total",
     "artifact_bloom_snapshot_load_failure_total",
     "artifact_bloom_snapshot_publish_total",
+    "artifact_bloom_head_lookup_total",
+    "artifact_bloom_head_present_total",
 };
 
 constexpr std::array<std::string_view, kCounterCount> kCounterHelp = {
@@ -47,6 +51,10 @@ constexpr std::array<std::string_view, kCounterCount> kCounterHelp = {
     "Malformed digests refused.",
     "Snapshot loads that failed or were refused; the previous snapshot kept serving.",
     "Snapshots published.",
+    "Filter absent answers asked of the exact store at the catalog's head (the digest may have "
+    "been added after the snapshot's version).",
+    "Head lookups that found the digest present: absent answers the snapshot alone would have "
+    "got wrong.",
 };
 
 double ratio(std::uint64_t numerator, std::uint64_t denominator) {

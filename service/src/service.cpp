@@ -1,12 +1,63 @@
 // ArtifactExistenceService and the bulk dedup job.
 #include "abf/service/service.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
 
 namespace abf::service {
+
+// The digests added in (after, upto], as sorted runs (binary search in each;
+// a run read when the head moves is merged into the last one while that one
+// is at most twice its size, so there are O(log n) runs and each digest is
+// copied O(log n) times). Immutable once made: a newer head makes a new
+// AddedDigests that shares the older runs.
+class AddedDigests {
+ public:
+  std::uint64_t after = 0;
+  std::uint64_t upto = 0;
+  VersionChanges changes;  // of (after, upto]
+  std::uint64_t held = 0;  // digests in the runs
+  bool over_bound = false;  // more than the bound were added: none held
+  std::vector<std::shared_ptr<const std::vector<Digest>>> runs;
+
+  bool contains(const Digest& digest) const noexcept {
+    return std::any_of(runs.begin(), runs.end(),
+                       [&](const auto& run) { return std::binary_search(run->begin(), run->end(), digest); });
+  }
+};
+
+bool Head::must_ask(const Digest& digest) const noexcept {
+  if (catalog_version == lag.snapshot_version) return false;
+  if (over_bound) return true;
+  return added != nullptr && added->contains(digest);
+}
+
 namespace {
+
+// `fresh` (sorted) appended to `runs`, merging while the last run is not
+// more than twice the size of the one after it.
+void append_run(std::vector<std::shared_ptr<const std::vector<Digest>>>& runs,
+                std::vector<Digest> fresh) {
+  auto run = std::make_shared<const std::vector<Digest>>(std::move(fresh));
+  while (!runs.empty() && runs.back()->size() <= 2 * run->size()) {
+    std::vector<Digest> merged;
+    merged.reserve(runs.back()->size() + run->size());
+    std::merge(runs.back()->begin(), runs.back()->end(), run->begin(), run->end(),
+               std::back_inserter(merged));
+    runs.pop_back();
+    run = std::make_shared<const std::vector<Digest>>(std::move(merged));
+  }
+  runs.push_back(std::move(run));
+}
+
+Error head_behind(std::uint64_t head, std::uint64_t snapshot_version, const std::string& source) {
+  return Error{ErrorCode::kCatalog,
+               "the catalog's newest version is " + std::to_string(head) + ", older than version " +
+                   std::to_string(snapshot_version) + " of snapshot " + source +
+                   " (a catalog restored from a backup?): no answer is exact for both"};
+}
 
 double ratio(std::uint64_t numerator, std::uint64_t denominator) {
   return denominator == 0 ? 0.0 : static_cast<double>(numerator) / static_cast<double>(denominator);
@@ -31,6 +82,8 @@ BatchCounts& BatchCounts::operator+=(const BatchCounts& other) noexcept {
   negative += other.negative;
   maybe += other.maybe;
   false_positive += other.false_positive;
+  head_lookups += other.head_lookups;
+  head_present += other.head_present;
   exact_lookups += other.exact_lookups;
   present += other.present;
   return *this;
@@ -60,12 +113,12 @@ Result<ExistenceAnswer> ArtifactExistenceService::ask_store(const Digest& digest
 
 Result<ExistenceAnswer> ArtifactExistenceService::exists(const Digest& digest) const {
   // One snapshot for the whole query: the version and the filter belong
-  // together, whatever is published meanwhile.
+  // together, whatever is published meanwhile; one head, read once.
   const auto snapshot = publisher_.current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
-  if (auto ok = check_snapshot(*snapshot); !ok) return std::unexpected(ok.error());
-  return answer(digest, snapshot->catalog_version(),
-                options_.use_filter ? snapshot.get() : nullptr);
+  auto at = head(*snapshot);
+  if (!at) return std::unexpected(at.error());
+  return answer(digest, at->catalog_version, options_.use_filter ? snapshot.get() : nullptr, &*at);
 }
 
 Result<ExistenceAnswer> ArtifactExistenceService::exists(std::string_view digest_text) const {
@@ -88,14 +141,33 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists_at_version(
   const auto snapshot = options_.use_filter ? publisher_.current() : nullptr;
   if (snapshot != nullptr && snapshot->catalog_version() == catalog_version) {
     if (auto ok = check_snapshot(*snapshot); !ok) return std::unexpected(ok.error());
+    return answer(digest, catalog_version, snapshot.get(), nullptr);
   }
-  return answer(digest, catalog_version, snapshot.get());
+  if (snapshot != nullptr && options_.answer_at_head &&
+      snapshot->catalog_version() < catalog_version) {
+    // A version after the snapshot's, up to the head: the filter with the
+    // digests added since (those of (v, head] include those of (v, version]).
+    auto latest = repository_.latest_version();
+    if (!latest) return std::unexpected(latest.error());
+    if (catalog_version <= *latest) {
+      auto at = head_at(*snapshot, catalog_version);
+      if (!at) return std::unexpected(at.error());
+      return answer(digest, catalog_version, snapshot.get(), &*at);
+    }
+  }
+  return answer(digest, catalog_version, nullptr, nullptr);
 }
 
 Result<ExistenceAnswer> ArtifactExistenceService::answer(const Digest& digest,
                                                          std::uint64_t catalog_version,
-                                                         const Snapshot* snapshot) const {
-  if (snapshot == nullptr || snapshot->catalog_version() != catalog_version) {
+                                                         const Snapshot* snapshot,
+                                                         const Head* head) const {
+  const bool filter_applies =
+      snapshot != nullptr &&
+      (snapshot->catalog_version() == catalog_version ||
+       (head != nullptr && head->lag.snapshot_version == snapshot->catalog_version() &&
+        snapshot->catalog_version() < catalog_version && catalog_version <= head->catalog_version));
+  if (!filter_applies) {
     // No filter for this version: the store decides alone.
     auto answer = ask_store(digest, catalog_version);
     if (!answer) return answer;
@@ -106,6 +178,19 @@ Result<ExistenceAnswer> ArtifactExistenceService::answer(const Digest& digest,
     return answer;
   }
   if (!snapshot->filter.might_contain(digest)) {
+    if (snapshot->catalog_version() != catalog_version && head->must_ask(digest)) {
+      // Absent at v, but added after v: the store says whether it is still
+      // there at the version asked.
+      auto answer = ask_store(digest, catalog_version);
+      if (!answer) return answer;
+      answer->head_lookup = true;
+      if (metrics_ != nullptr) {
+        metrics_->add(Counter::kHeadLookup);
+        if (answer->exists) metrics_->add(Counter::kHeadPresent);
+        metrics_->add(Counter::kQuery);
+      }
+      return answer;
+    }
     if (metrics_ != nullptr) {
       metrics_->add(Counter::kNegative);
       metrics_->add(Counter::kQuery);
@@ -124,6 +209,139 @@ Result<ExistenceAnswer> ArtifactExistenceService::answer(const Digest& digest,
   return answer;
 }
 
+Result<CatalogLag> ArtifactExistenceService::lag_of(std::uint64_t snapshot_version,
+                                                    std::uint64_t head_version) const {
+  CatalogLag lag{.snapshot_version = snapshot_version, .head_version = head_version};
+  if (head_version == snapshot_version) return lag;
+  auto changes = repository_.changes_between(snapshot_version, head_version);
+  if (!changes) return std::unexpected(changes.error());
+  lag.versions_behind = changes->versions;
+  lag.digests_added = changes->added;
+  lag.digests_removed = changes->removed;
+  return lag;
+}
+
+Result<CatalogLag> ArtifactExistenceService::lag() const {
+  const auto snapshot = publisher_.current();
+  if (snapshot == nullptr) return std::unexpected(no_snapshot());
+  auto latest = repository_.latest_version();
+  if (!latest) return std::unexpected(latest.error());
+  if (*latest < snapshot->catalog_version()) {
+    return std::unexpected(head_behind(*latest, snapshot->catalog_version(), snapshot->source));
+  }
+  return lag_of(snapshot->catalog_version(), *latest);
+}
+
+Result<Head> ArtifactExistenceService::head(const Snapshot& snapshot) const {
+  if (auto ok = check_snapshot(snapshot); !ok) return std::unexpected(ok.error());
+  const std::uint64_t v = snapshot.catalog_version();
+  if (!options_.answer_at_head) {
+    Head head;
+    head.catalog_version = v;
+    head.lag = {.snapshot_version = v, .head_version = v};
+    return head;
+  }
+  auto latest = repository_.latest_version();
+  if (!latest) return std::unexpected(latest.error());
+  return head_at(snapshot, *latest);
+}
+
+Result<Head> ArtifactExistenceService::head_at(const Snapshot& snapshot,
+                                               std::uint64_t head_version) const {
+  if (auto ok = check_snapshot(snapshot); !ok) return std::unexpected(ok.error());
+  const std::uint64_t v = snapshot.catalog_version();
+  if (head_version < v) return std::unexpected(head_behind(head_version, v, snapshot.source));
+  Head head;
+  head.catalog_version = head_version;
+  head.lag = {.snapshot_version = v, .head_version = head_version};
+  if (head_version == v) return head;
+  if (!options_.use_filter) {
+    // Every digest goes to the store: nothing to hold, only the lag to tell.
+    auto lag = lag_of(v, head_version);
+    if (!lag) return std::unexpected(lag.error());
+    head.lag = *lag;
+    return head;
+  }
+  auto added = added_since(v, head_version);
+  if (!added) return std::unexpected(added.error());
+  const AddedDigests& held = **added;
+  if (held.upto == head_version) {
+    head.lag.versions_behind = held.changes.versions;
+    head.lag.digests_added = held.changes.added;
+    head.lag.digests_removed = held.changes.removed;
+  } else {
+    auto lag = lag_of(v, head_version);
+    if (!lag) return std::unexpected(lag.error());
+    head.lag = *lag;
+  }
+  head.over_bound = held.over_bound;
+  if (!held.over_bound) head.added = std::move(*added);
+  return head;
+}
+
+Result<std::shared_ptr<const AddedDigests>> ArtifactExistenceService::added_since(
+    std::uint64_t after, std::uint64_t upto) const {
+  const auto held = [&] {
+    const std::lock_guard lock(cache_mutex_);
+    return cache_;
+  };
+  // Those of (after, upto'] for an upto' >= upto answer as well.
+  if (auto cached = held(); cached != nullptr && cached->after == after && cached->upto >= upto) {
+    return cached;
+  }
+  const std::lock_guard load(load_mutex_);
+  auto base = held();  // another thread may have read them meanwhile
+  if (base != nullptr && base->after == after && base->upto >= upto) return base;
+  if (base != nullptr && base->after > after) {
+    // A request still holding a snapshot older than the one the held digests
+    // are for (published meanwhile): it is answered exactly, by asking the
+    // store about each filter `absent`, rather than by replacing what the
+    // newer snapshot's requests use.
+    auto transient = std::make_shared<AddedDigests>();
+    transient->after = after;
+    transient->upto = upto;
+    transient->over_bound = true;
+    auto changes = repository_.changes_between(after, upto);
+    if (!changes) return std::unexpected(changes.error());
+    transient->changes = *changes;
+    return transient;
+  }
+  if (base != nullptr && base->after != after) base = nullptr;  // an older snapshot's
+  const std::uint64_t from = base != nullptr ? base->upto : after;
+  auto changes = repository_.changes_between(from, upto);
+  if (!changes) return std::unexpected(changes.error());
+  auto next = std::make_shared<AddedDigests>();
+  next->after = after;
+  next->upto = upto;
+  next->changes = *changes;
+  if (base != nullptr) {
+    next->changes.versions += base->changes.versions;
+    next->changes.added += base->changes.added;
+    next->changes.removed += base->changes.removed;
+  }
+  const std::uint64_t held_before = base != nullptr ? base->held : 0;
+  // The bound is checked on the counts the versions recorded, before a
+  // digest is read: memory never grows past it.
+  next->over_bound = (base != nullptr && base->over_bound) ||
+                     changes->added > options_.head_cache_digests - std::min(held_before, options_.head_cache_digests);
+  if (!next->over_bound) {
+    if (base != nullptr) next->runs = base->runs;
+    std::vector<Digest> fresh;
+    fresh.reserve(changes->added);
+    auto read = repository_.for_each_digest_added(from, upto, [&](std::span<const Digest> part) -> Result<void> {
+      fresh.insert(fresh.end(), part.begin(), part.end());
+      return {};
+    });
+    if (!read) return std::unexpected(read.error());
+    std::sort(fresh.begin(), fresh.end());
+    next->held = held_before + fresh.size();
+    if (!fresh.empty()) append_run(next->runs, std::move(fresh));
+  }
+  const std::lock_guard lock(cache_mutex_);
+  cache_ = next;
+  return next;
+}
+
 Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Digest> digests,
                                                            std::span<bool> exists) const {
   const auto snapshot = publisher_.current();
@@ -134,13 +352,29 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
 Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Digest> digests,
                                                            std::span<bool> exists,
                                                            const Snapshot& snapshot) const {
+  auto at = head(snapshot);
+  if (!at) return std::unexpected(at.error());
+  return exists_batch(digests, exists, snapshot, *at);
+}
+
+Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Digest> digests,
+                                                           std::span<bool> exists,
+                                                           const Snapshot& snapshot,
+                                                           const Head& head) const {
   if (exists.size() < digests.size()) {
     return fail(ErrorCode::kInvalidArgument, "existence service: answer span holds " +
                                                  std::to_string(exists.size()) + " entries for " +
                                                  std::to_string(digests.size()) + " digests");
   }
   if (auto ok = check_snapshot(snapshot); !ok) return std::unexpected(ok.error());
-  const std::uint64_t version = snapshot.catalog_version();
+  if (head.lag.snapshot_version != snapshot.catalog_version()) {
+    return fail(ErrorCode::kInvalidArgument,
+                "existence service: the head given was read for a snapshot of version " +
+                    std::to_string(head.lag.snapshot_version) + ", not for " + snapshot.source +
+                    " (version " + std::to_string(snapshot.catalog_version()) + ")");
+  }
+  const std::uint64_t version = head.catalog_version;
+  const bool lagging = version != snapshot.catalog_version();
   BatchCounts counts;
   counts.total = digests.size();
   if (!options_.use_filter) {
@@ -157,45 +391,53 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
     return counts;
   }
 
-  // Precheck the whole batch with the batch engine; only the Maybe digests
-  // go to the store, in one batch call.
+  // Precheck the whole batch with the batch engine; only the Maybe digests,
+  // and the absent ones that may have been added after the snapshot's
+  // version, go to the store, in one batch call at the head.
   std::vector<Answer> answers(digests.size());
   if (auto queried = snapshot.filter.query(digests, answers, options_.backend); !queried) {
     return std::unexpected(queried.error());
   }
-  std::vector<std::uint32_t> maybe_index;
-  std::vector<Digest> maybe_digests;
+  std::vector<std::uint32_t> ask_index;
+  std::vector<Digest> ask_digests;
   for (std::size_t i = 0; i < digests.size(); ++i) {
-    if (answers[i] == Answer::kMaybe) {
-      maybe_index.push_back(static_cast<std::uint32_t>(i));
-      maybe_digests.push_back(digests[i]);
+    const bool maybe = answers[i] == Answer::kMaybe;
+    if (maybe) ++counts.maybe;
+    if (maybe || (lagging && head.must_ask(digests[i]))) {
+      if (!maybe) ++counts.head_lookups;
+      ask_index.push_back(static_cast<std::uint32_t>(i));
+      ask_digests.push_back(digests[i]);
     }
     exists[i] = false;
   }
-  if (!maybe_digests.empty()) {
-    auto found = std::make_unique<bool[]>(maybe_digests.size());
-    std::span<bool> found_span(found.get(), maybe_digests.size());
-    if (auto asked = repository_.exists_at_version(maybe_digests, version, found_span); !asked) {
+  if (!ask_digests.empty()) {
+    auto found = std::make_unique<bool[]>(ask_digests.size());
+    std::span<bool> found_span(found.get(), ask_digests.size());
+    if (auto asked = repository_.exists_at_version(ask_digests, version, found_span); !asked) {
       return std::unexpected(asked.error());
     }
-    for (std::size_t j = 0; j < maybe_index.size(); ++j) {
-      exists[maybe_index[j]] = found_span[j];
+    for (std::size_t j = 0; j < ask_index.size(); ++j) {
+      const std::uint32_t i = ask_index[j];
+      exists[i] = found_span[j];
+      const bool maybe = answers[i] == Answer::kMaybe;
       if (found_span[j]) {
         ++counts.present;
-      } else {
+        if (!maybe) ++counts.head_present;
+      } else if (maybe) {
         ++counts.false_positive;
       }
     }
   }
-  counts.maybe = maybe_digests.size();
-  counts.negative = counts.total - counts.maybe;
-  counts.exact_lookups = counts.maybe;
+  counts.negative = counts.total - counts.maybe - counts.head_lookups;
+  counts.exact_lookups = ask_digests.size();
   if (metrics_ != nullptr) {
     metrics_->add(Counter::kQuery, counts.total);
     metrics_->add(Counter::kNegative, counts.negative);
     metrics_->add(Counter::kMaybe, counts.maybe);
     metrics_->add(Counter::kFalsePositive, counts.false_positive);
     metrics_->add(Counter::kExactLookup, counts.exact_lookups);
+    metrics_->add(Counter::kHeadLookup, counts.head_lookups);
+    metrics_->add(Counter::kHeadPresent, counts.head_present);
   }
   return counts;
 }
@@ -206,12 +448,15 @@ Result<DedupReport> bulk_dedup(
     std::size_t batch_size) {
   const auto start = std::chrono::steady_clock::now();
   if (batch_size == 0) batch_size = 65536;
-  // Pinned: every batch of the job answers at this one version.
+  // Pinned: every batch of the job answers with this snapshot at this one
+  // head, so the whole output is the catalog's answer at one version.
   const auto snapshot = service.publisher().current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
-  if (auto ok = service.check_snapshot(*snapshot); !ok) return std::unexpected(ok.error());
+  auto head = service.head(*snapshot);
+  if (!head) return std::unexpected(head.error());
   DedupReport report;
-  report.catalog_version = snapshot->catalog_version();
+  report.catalog_version = head->catalog_version;
+  report.lag = head->lag;
   std::vector<Digest> batch(batch_size);
   std::vector<Digest> absent;
   absent.reserve(batch_size);
@@ -221,7 +466,8 @@ Result<DedupReport> bulk_dedup(
     if (!count) return std::unexpected(count.error());
     if (*count == 0) break;
     const std::span<const Digest> part(batch.data(), *count);
-    auto counts = service.exists_batch(part, std::span<bool>(exists.get(), *count), *snapshot);
+    auto counts =
+        service.exists_batch(part, std::span<bool>(exists.get(), *count), *snapshot, *head);
     if (!counts) return std::unexpected(counts.error());
     report.counts += *counts;
     absent.clear();

@@ -59,7 +59,12 @@ CREATE TABLE artifacts (
   removed_version INTEGER,
   PRIMARY KEY (digest, added_version)
 ) WITHOUT ROWID;
+CREATE INDEX artifacts_by_added_version ON artifacts (added_version);
 )sql";
+// The index of the digests each version added (sqlite_catalog.hpp): made
+// with the schema, and by writers for catalogs made before it.
+constexpr const char* kAddedIndexSql =
+    "CREATE INDEX IF NOT EXISTS artifacts_by_added_version ON artifacts (added_version)";
 // Shared by create and the upgrade from schema 1.
 constexpr std::string_view kCreateCatalogTable =
     "CREATE TABLE abf_catalog (catalog_id BLOB NOT NULL CHECK (length(catalog_id) = 16));\n";
@@ -115,6 +120,12 @@ constexpr const char* kSetContentSql =
 constexpr const char* kWalkSql =
     "SELECT digest FROM artifacts WHERE added_version <= ?1 "
     "AND (removed_version IS NULL OR removed_version > ?1) ORDER BY digest";
+// Both read a range of a primary key or of artifacts_by_added_version.
+constexpr const char* kChangesSql =
+    "SELECT COALESCE(SUM(added), 0), COALESCE(SUM(removed), 0) FROM versions "
+    "WHERE version > ?1 AND version <= ?2";
+constexpr const char* kAddedSql =
+    "SELECT digest FROM artifacts WHERE added_version > ?1 AND added_version <= ?2";
 constexpr const char* kCountSql =
     "SELECT COUNT(*) FROM artifacts WHERE added_version <= ?1 "
     "AND (removed_version IS NULL OR removed_version > ?1)";
@@ -325,6 +336,47 @@ struct SqliteCatalog::State {
     const auto value = static_cast<std::uint64_t>(sqlite3_column_int64(stmt, 0));
     sqlite3_reset(stmt);
     return value;
+  }
+
+  // (after, upto] names versions that exist; inside the caller's transaction.
+  Result<void> check_range(std::uint64_t after, std::uint64_t upto) {
+    auto latest_now = latest_version();
+    if (!latest_now) return std::unexpected(latest_now.error());
+    if (after > upto || upto > *latest_now) {
+      return fail(ErrorCode::kInvalidArgument,
+                  "catalog " + path.string() + ": no version range (" + version_text(after) +
+                      ", " + version_text(upto) + "] (latest is " + version_text(*latest_now) +
+                      ")");
+    }
+    return {};
+  }
+
+  // Steps `stmt`, whose first column is a digest, to the end, handing the
+  // digests to `sink` in chunks of `chunk_size`.
+  Result<void> stream_digests(sqlite3_stmt* stmt, const DigestSink& sink, std::size_t chunk_size) {
+    std::vector<Digest> chunk;
+    chunk.reserve(chunk_size);
+    for (;;) {
+      const int rc = sqlite3_step(stmt);
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return std::unexpected(error("reading digests", rc));
+      const void* blob = sqlite3_column_blob(stmt, 0);
+      if (blob == nullptr || sqlite3_column_bytes(stmt, 0) != static_cast<int>(Digest::kSize)) {
+        return fail(ErrorCode::kCatalog,
+                    "catalog " + path.string() + ": a stored digest is not 32 bytes");
+      }
+      Digest digest;
+      std::memcpy(digest.bytes.data(), blob, Digest::kSize);
+      chunk.push_back(digest);
+      if (chunk.size() == chunk_size) {
+        if (auto ok = sink(chunk); !ok) return ok;
+        chunk.clear();
+      }
+    }
+    if (!chunk.empty()) {
+      if (auto ok = sink(chunk); !ok) return ok;
+    }
+    return {};
   }
 
   // One point lookup with the prepared statement (inside the caller's
@@ -832,6 +884,12 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
       schema = kCatalogSchemaVersion;
     }
   }
+  if (*schema == kCatalogSchemaVersion && !options.read_only) {
+    if (auto indexed = state->exec(kAddedIndexSql, "creating the index of added versions");
+        !indexed) {
+      return std::unexpected(indexed.error());
+    }
+  }
   if (*schema != kSchemaWithoutCatalogId) {
     auto id = read_catalog_id(db, path);
     if (!id) return std::unexpected(id.error());
@@ -941,6 +999,53 @@ Result<std::uint64_t> SqliteCatalog::latest_version() {
   return state_->latest_version();
 }
 
+namespace {
+// Binds (after, upto] to ?1 and ?2.
+void bind_range(sqlite3_stmt* stmt, std::uint64_t after, std::uint64_t upto) {
+  sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(after));
+  sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(upto));
+}
+}  // namespace
+
+Result<VersionChanges> SqliteCatalog::changes_between(std::uint64_t after, std::uint64_t upto) {
+  const std::lock_guard lock(state_->mutex);
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  auto result = [&]() -> Result<VersionChanges> {
+    if (auto ok = state_->check_range(after, upto); !ok) return std::unexpected(ok.error());
+    auto stmt = state_->prepare(kChangesSql);
+    if (!stmt) return std::unexpected(stmt.error());
+    bind_range(stmt->get(), after, upto);
+    const int rc = sqlite3_step(stmt->get());
+    if (rc != SQLITE_ROW) return std::unexpected(state_->error("reading version counts", rc));
+    return VersionChanges{
+        .versions = upto - after,
+        .added = static_cast<std::uint64_t>(sqlite3_column_int64(stmt->get(), 0)),
+        .removed = static_cast<std::uint64_t>(sqlite3_column_int64(stmt->get(), 1))};
+  }();
+  state_->rollback();  // a read transaction: nothing to commit
+  return result;
+}
+
+Result<void> SqliteCatalog::for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                                  const DigestSink& sink, std::size_t chunk_size) {
+  if (chunk_size == 0) chunk_size = kChunk;
+  const std::lock_guard lock(state_->mutex);
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  auto result = [&]() -> Result<void> {
+    if (auto ok = state_->check_range(after, upto); !ok) return ok;
+    auto stmt = state_->prepare(kAddedSql);
+    if (!stmt) return std::unexpected(stmt.error());
+    bind_range(stmt->get(), after, upto);
+    return state_->stream_digests(stmt->get(), sink, chunk_size);
+  }();
+  state_->rollback();  // a read transaction: nothing to commit
+  return result;
+}
+
 Result<void> SqliteCatalog::for_each_digest_at_version(
     std::uint64_t catalog_version, const std::function<Result<void>(std::span<const Digest>)>& sink,
     std::size_t chunk_size) {
@@ -961,30 +1066,7 @@ Result<void> SqliteCatalog::for_each_digest_at_version(
     auto stmt = state_->prepare(kWalkSql);
     if (!stmt) return std::unexpected(stmt.error());
     sqlite3_bind_int64(stmt->get(), 1, static_cast<sqlite3_int64>(catalog_version));
-    std::vector<Digest> chunk;
-    chunk.reserve(chunk_size);
-    for (;;) {
-      const int rc = sqlite3_step(stmt->get());
-      if (rc == SQLITE_DONE) break;
-      if (rc != SQLITE_ROW) return std::unexpected(state_->error("reading digests", rc));
-      const void* blob = sqlite3_column_blob(stmt->get(), 0);
-      if (blob == nullptr ||
-          sqlite3_column_bytes(stmt->get(), 0) != static_cast<int>(Digest::kSize)) {
-        return fail(ErrorCode::kCatalog,
-                    "catalog " + state_->path.string() + ": a stored digest is not 32 bytes");
-      }
-      Digest digest;
-      std::memcpy(digest.bytes.data(), blob, Digest::kSize);
-      chunk.push_back(digest);
-      if (chunk.size() == chunk_size) {
-        if (auto ok = sink(chunk); !ok) return ok;
-        chunk.clear();
-      }
-    }
-    if (!chunk.empty()) {
-      if (auto ok = sink(chunk); !ok) return ok;
-    }
-    return {};
+    return state_->stream_digests(stmt->get(), sink, chunk_size);
   }();
   if (!result) {
     state_->rollback();

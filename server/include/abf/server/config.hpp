@@ -38,6 +38,15 @@ struct RateLimit {
   double burst_seconds = 1;
 };
 
+// Answering at each tenant's catalog head (docs/serve.md, "Snapshots older
+// than the catalog"): the config file's "head" object.
+struct HeadConfig {
+  // The most digests added after a snapshot's version held in memory per
+  // tenant (32 bytes each; ServiceOptions::head_cache_digests). Beyond it
+  // every filter `absent` is a catalog lookup until the snapshot is rebuilt.
+  std::uint64_t cache_digests = std::uint64_t{1} << 21;
+};
+
 struct ServerConfig {
   std::string http_listen = "127.0.0.1:8080";  // HOST:PORT; port 0: the OS picks
   std::string grpc_listen;                     // HOST:PORT; empty: no gRPC
@@ -71,6 +80,7 @@ struct ServerConfig {
   // (PROTOCOL.md section 10; docs/serve.md, "Private operations").
   unsigned metrics_release_seconds = 60;
   std::uint64_t metrics_release_min_missing = 1000;
+  HeadConfig head;
 };
 
 // Parses a configuration file's text. `source` names it in errors; relative

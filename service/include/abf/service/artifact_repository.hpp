@@ -3,7 +3,9 @@
 // of it only ever saves calls; it never replaces one with a guess.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -41,6 +43,17 @@ struct CatalogContent {
   friend bool operator==(const CatalogContent&, const CatalogContent&) = default;
 };
 
+// What the versions in (after, upto] changed, from the store's per-version
+// record (no digest is read).
+struct VersionChanges {
+  std::uint64_t versions = 0;  // upto - after
+  std::uint64_t added = 0;     // digests added (each addition once, re-additions included)
+  std::uint64_t removed = 0;   // digests removed
+};
+
+// Receives digests in chunks; an error it returns stops the walk.
+using DigestSink = std::function<Result<void>(std::span<const Digest>)>;
+
 // The exact store interface. Catalog versions are integers that grow by one
 // with every change; version 0 is the empty catalog. An artifact exists at
 // version v when it was added at a version <= v and not removed at a version
@@ -67,6 +80,22 @@ class ArtifactRepository {
   // kInvalidArgument if the version does not exist yet (greater than
   // latest_version()); kCatalog when the store cannot answer.
   virtual Result<CatalogContent> content_at_version(std::uint64_t catalog_version) = 0;
+  // What the versions in (after, upto] added and removed. kInvalidArgument
+  // if after > upto or upto is newer than latest_version().
+  virtual Result<VersionChanges> changes_between(std::uint64_t after, std::uint64_t upto) = 0;
+
+  // Streams every digest added at a version in (after, upto] to `sink`, in
+  // chunks of at most `chunk_size` (0: a default), in no particular order,
+  // from one consistent view of the store: a digest added, removed and added
+  // again in the range comes once per addition; one removed again after its
+  // addition still comes (a superset of those present at `upto` that were
+  // absent at `after` is all a caller may rely on). This is what answers
+  // "may the snapshot of `after` be wrong about this digest at `upto`?"
+  // (PROTOCOL.md section 8). Same errors as changes_between, then the
+  // store's, then the sink's, as they are.
+  virtual Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                             const DigestSink& sink,
+                                             std::size_t chunk_size = 0) = 0;
 
   // The catalog this store holds, when it names one. An
   // ArtifactExistenceService over a store that names one uses only
@@ -101,6 +130,9 @@ class MemoryRepository final : public ArtifactRepository {
   Result<std::uint64_t> latest_version() override;
   // Kept per version, as a schema-3 SqliteCatalog keeps it.
   Result<CatalogContent> content_at_version(std::uint64_t catalog_version) override;
+  Result<VersionChanges> changes_between(std::uint64_t after, std::uint64_t upto) override;
+  Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                     const DigestSink& sink, std::size_t chunk_size = 0) override;
   // {id, "memory catalog <id>"} when constructed with an id; none otherwise.
   std::optional<CatalogBinding> catalog_binding() const override;
 
@@ -111,12 +143,15 @@ class MemoryRepository final : public ArtifactRepository {
     std::uint64_t removed = 0;  // 0: never removed
   };
   bool exists_locked(const Digest& digest, std::uint64_t catalog_version) const;
+  Result<void> check_range_locked(std::uint64_t after, std::uint64_t upto) const;
 
   std::optional<CatalogId> id_;
   mutable std::mutex mutex_;
   std::uint64_t version_ = 0;
   std::map<Digest, std::vector<Interval>> intervals_;
   std::vector<CatalogContent> contents_{CatalogContent{}};  // [v]: version v's
+  // changes_[v - 1]: what version v added and removed.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> changes_;
 };
 
 }  // namespace abf::service

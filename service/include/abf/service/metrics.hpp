@@ -27,8 +27,13 @@ enum class Counter : std::size_t {
   kInvalidDigest,        // artifact_bloom.invalid_digest.count: malformed digests refused
   kSnapshotLoadFailure,  // artifact_bloom.snapshot.load_failure.count
   kSnapshotPublish,      // artifact_bloom.snapshot.publish.count
+  kHeadLookup,           // artifact_bloom.head_lookup.count: filter absent, asked at the
+                         //   catalog's head (added after the snapshot's version, or over
+                         //   the service's bound on those it holds)
+  kHeadPresent,          // artifact_bloom.head_present.count: of those, present at the head
+                         //   (absent answers the snapshot alone would have got wrong)
 };
-inline constexpr std::size_t kCounterCount = 9;
+inline constexpr std::size_t kCounterCount = 11;
 
 // The dotted name of a counter, e.g. "artifact_bloom.negative.count".
 std::string_view counter_name(Counter counter) noexcept;

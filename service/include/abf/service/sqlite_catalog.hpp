@@ -14,6 +14,10 @@
 //                                          version holds (CatalogContent)
 //   artifacts(digest BLOB(32), added_version, removed_version NULL,
 //             PRIMARY KEY (digest, added_version)) WITHOUT ROWID
+//   INDEX artifacts_by_added_version ON artifacts(added_version)
+//                                          the digests a version range added,
+//                                          without a walk of the whole table
+//                                          (for_each_digest_added)
 // A digest may have several rows (added, removed, added again); their
 // [added_version, removed_version) intervals never overlap. A version's
 // item_count and fingerprint are written by the transaction that makes it:
@@ -29,6 +33,13 @@
 // Read-only, an older catalog is left as it is: content_at_version walks
 // the version's digests, and a schema-1 catalog has no id, so no snapshot is
 // accepted for it.
+//
+// The index artifacts_by_added_version came after schema 3 was first written, without
+// a new number (an index changes no row, and an abf without it just does not
+// use it): every connection that opens a catalog for writing creates it if
+// it is missing (once, about a second per million rows). A catalog opened
+// read-only without it still answers for_each_digest_added, by a walk of
+// the whole table.
 #pragma once
 
 #include <cstddef>
@@ -133,6 +144,13 @@ class SqliteCatalog final : public ArtifactRepository {
   Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
                                  std::span<bool> exists) override;
   Result<std::uint64_t> latest_version() override;
+  // From the versions table's per-version counts (a range of its primary
+  // key; no digest is read).
+  Result<VersionChanges> changes_between(std::uint64_t after, std::uint64_t upto) override;
+  // A range of the index artifacts_by_added_version, in one read
+  // transaction (kInvalidArgument for a range beyond the latest version).
+  Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                     const DigestSink& sink, std::size_t chunk_size = 0) override;
 
   // Streams every digest present at `catalog_version`, in ascending byte
   // order, to `sink` in chunks of at most `chunk_size`, inside one read

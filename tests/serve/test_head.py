@@ -1,0 +1,139 @@
+"""`abf serve` answers at the catalog's head (PROTOCOL.md section 8): with a
+snapshot older than its catalog, the digests added since are never answered
+missing, every answer carries the version it is exact for, and the lag is
+reported. Every answer is checked against the catalog's SQLite file."""
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_support as support  # noqa: E402
+
+support.require("requests")
+import requests  # noqa: E402
+
+FIRST = support.digests("first", 2000)     # version 1, in the snapshot
+SECOND = support.digests("second", 1000)   # version 2, added after it
+NEVER = support.digests("never", 1000)
+
+
+def find_missing(session, url, items, tenant="default"):
+    response = session.post(url + "/v1/%s/find-missing" % tenant, data=b"".join(items),
+                            headers={"Content-Type": "application/octet-stream"}, timeout=30)
+    if response.status_code != 200:
+        raise AssertionError("find-missing: %d %s" % (response.status_code, response.text))
+    body = response.content
+    return ([body[i:i + 32] for i in range(0, len(body), 32)],
+            int(response.headers["X-Abf-Catalog-Version"]))
+
+
+class SnapshotOlderThanCatalog(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="abf-serve-head-")
+        self.catalog = support.Catalog(self.dir, expected_items=20000)
+        self.catalog.add(FIRST)
+        self.catalog.build()  # version 1
+        self.session = requests.Session()
+
+    def tearDown(self):
+        self.session.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_digests_added_after_the_snapshot_are_present(self):
+        """The issue's reproduction: catalog add makes version 2 after the
+        snapshot of version 1 is served."""
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--idle-timeout", 2)
+        try:
+            self.catalog.add(SECOND)  # version 2, while serving
+            items = FIRST[:500] + SECOND + NEVER
+            random.Random(1).shuffle(items)
+            missing, version = find_missing(self.session, server.url, items)
+            self.assertEqual(version, 2)
+            truth = support.Truth(self.catalog.db)
+            self.assertEqual(missing, truth.missing(items, 2))
+            self.assertEqual(set(missing), set(NEVER))  # 0 wrong answers
+            for digest in SECOND[:20]:
+                response = self.session.get(server.url + "/v1/default/blobs/sha256:" +
+                                            digest.hex(), timeout=10)
+                self.assertEqual(response.status_code, 200, response.text)
+                self.assertEqual(response.json()["catalog_version"], 2)
+            # The dedup command agrees: none of version 2's digests are new.
+            path = os.path.join(self.dir, "candidates.txt")
+            with open(path, "w") as out:
+                out.write("".join(d.hex() + "\n" for d in items))
+            result = support.run_abf("dedup", "-s", self.catalog.snapshot, "--db",
+                                     self.catalog.db, "-i", path)
+            news = [bytes.fromhex(line) for line in result.stdout.decode().split()]
+            self.assertEqual(sorted(news), sorted(NEVER))
+            self.assertIn(b"behind the catalog by 1 version(s) and 1000 added", result.stderr)
+        finally:
+            self.session.close()  # no idle keep-alive connection for the stop to wait on
+            self.assertEqual(server.stop(), 0)
+
+    def test_no_digest_is_missing_once_its_catalog_add_returned(self):
+        """Clients query while a writer adds digests in a loop; a digest whose
+        `catalog add` has returned is never answered missing. Bounded: 25
+        adds or 8 seconds."""
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--head-cache-digests", 300,  # crossed midway
+                                "--idle-timeout", 2)
+        committed = []  # digests whose add returned
+        lock = threading.Lock()
+        done = threading.Event()
+        failures = []
+        asked = [0]
+
+        def client(seed):
+            rng = random.Random(seed)
+            session = requests.Session()
+            try:
+                while not done.is_set():
+                    with lock:
+                        pool = list(committed)
+                    if not pool:
+                        time.sleep(0.005)
+                        continue
+                    items = [rng.choice(pool) for _ in range(50)] + NEVER[:10]
+                    missing, version = find_missing(session, server.url, items)
+                    wrong = [d for d in missing if d not in NEVER]
+                    if wrong:
+                        failures.append((version, [d.hex() for d in wrong[:3]]))
+                    with lock:
+                        asked[0] += 1
+            except Exception as error:  # noqa: BLE001
+                failures.append(repr(error))
+            finally:
+                session.close()
+
+        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(3)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 8
+        try:
+            for k in range(25):
+                if time.monotonic() > deadline:
+                    break
+                batch = support.digests("loop-%d" % k, 20)
+                self.catalog.add(batch)
+                with lock:
+                    committed.extend(batch)
+        finally:
+            time.sleep(0.2)
+            done.set()
+            for thread in threads:
+                thread.join(timeout=30)
+            status = server.stop()
+        self.assertEqual(failures, [])
+        self.assertGreater(asked[0], 0)
+        self.assertEqual(status, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
