@@ -41,7 +41,9 @@ std::vector<Digest> collect_added(ArtifactRepository& store, std::uint64_t after
   auto ok = store.for_each_digest_added(
       after, upto,
       [&](std::span<const Digest> part) -> Result<void> {
-        if (chunk != 0) EXPECT_LE(part.size(), chunk);
+        if (chunk != 0) {
+          EXPECT_LE(part.size(), chunk);
+        }
         out.insert(out.end(), part.begin(), part.end());
         return {};
       },

@@ -121,6 +121,8 @@ bool follows_answers(service::Counter counter) {
     case Counter::kFalsePositive:
     case Counter::kExactLookup:
     case Counter::kFilterBypass:
+    case Counter::kHeadLookup:   // a head lookup is a filter absent
+    case Counter::kHeadPresent:  // for a digest added after the snapshot
       return true;
     default:
       return false;
