@@ -9,7 +9,8 @@
 //                  2  find-missing body, text
 //                  3  find-missing body, JSON
 //                  4  headers: Content-Type, then Authorization
-//                  5  blob digest path segment, and a gRPC hash
+//                  5  blob digest path segment, a gRPC hash, and the same
+//                     bytes as a FindMissingBlobsRequest (grpc_wire.hpp)
 //                  6  config file (JSON)
 //                  7  token file
 // Properties: no crash, hang or leak; every refusal has a status of 4xx or
@@ -17,7 +18,10 @@
 // never holds more than the limit, its binary form is the body itself, and
 // its answer in every encoding parses back to the same digests; a route's
 // tenant is a valid tenant name; an accepted blob digest reads back from its
-// canonical form; a parsed config validates; every parsed token has a scope.
+// canonical form; a parsed FindMissingBlobsRequest holds at most the limit,
+// its records lie inside it, and the answer naming every entry reads back to
+// the same digests; a parsed config validates; every parsed token has a
+// scope.
 //
 // check_serve_request is declared in fuzz/checks.hpp, so the corpus replay
 // test (tests/fuzz_replay_test.cc) runs it too, compiling this file with
@@ -30,10 +34,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "abf/server/config.hpp"
+#include "abf/server/grpc_wire.hpp"
 #include "abf/server/request.hpp"
 #include "checks.hpp"
 
@@ -84,6 +90,31 @@ std::string check_body(BodyEncoding encoding, std::string_view body, std::size_t
   return "";
 }
 
+// A FindMissingBlobsRequest's bytes: refused with a proper error, or read
+// within its limit, and its answer naming every entry (field 2 in both
+// messages) reads back to the same entries.
+std::string check_grpc_wire(std::span<const std::uint8_t> bytes, std::size_t max) {
+  const auto wire = server::parse_find_missing_blobs(bytes, max);
+  if (!wire) return check_result(wire);
+  if (wire->digest_error) return check_error(*wire->digest_error);
+  if (wire->count > max) return wire->digests.empty() ? "" : "digests decoded past the limit";
+  if (wire->digests.size() != wire->count || wire->records.size() != wire->count) {
+    return "entries and digests disagree";
+  }
+  for (const auto& record : wire->records) {
+    if (std::size_t{record.offset} + record.size > bytes.size()) return "a record outside";
+  }
+  std::vector<std::uint32_t> all(wire->count);
+  for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  std::vector<std::uint8_t> answer(server::find_missing_blobs_response_size(*wire, all));
+  server::encode_find_missing_blobs_response(bytes, *wire, all, answer);
+  const auto back = server::parse_find_missing_blobs(answer, max);
+  if (!back || back->digest_error || back->digests != wire->digests) {
+    return "the answer does not read back";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string check_serve_request(std::span<const std::uint8_t> data) {
@@ -128,8 +159,12 @@ std::string check_serve_request(std::span<const std::uint8_t> data) {
         if (!again || *again != *blob) return "a blob digest does not read back";
       }
       if (auto problem = check_result(blob); !problem.empty()) return problem;
-      return check_result(
-          server::parse_grpc_digest(text, static_cast<std::int64_t>(control) - 128, 0));
+      if (auto problem = check_result(
+              server::parse_grpc_digest(text, static_cast<std::int64_t>(control) - 128, 0));
+          !problem.empty()) {
+        return problem;
+      }
+      return check_grpc_wire(data.subspan(1), (control / 8 % 4 + 1) * 64);
     }
     case 6: {
       const auto config = server::parse_server_config(text, "fuzz.json", "/base");

@@ -1,10 +1,11 @@
 // `abf serve`'s pure request functions (server/include/abf/server/request.hpp,
-// config.hpp): routes, bodies in each encoding, bearer tokens, the config
-// file and token files. The servers themselves are tested from Python
+// config.hpp, grpc_wire.hpp): routes, bodies in each encoding, bearer
+// tokens, the config file and token files, FindMissingBlobs' bytes. The servers themselves are tested from Python
 // (tests/serve/).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/server/config.hpp"
+#include "abf/server/grpc_wire.hpp"
 #include "abf/server/request.hpp"
 #include "test_support.hpp"
 
@@ -448,6 +450,128 @@ TEST(ServeBody, JsonIsReadAsAStreamWithBoundedNesting) {
   }
   EXPECT_EQ(parse_find_missing_body(BodyEncoding::kJson, R"({"digests": []} x)", 3).error().code,
             "invalid_json");
+}
+
+// Protocol buffers' encoding, written out by hand for the tests below.
+std::string varint(std::uint64_t value) {
+  std::string out;
+  for (; value >= 0x80; value >>= 7) out += static_cast<char>(value | 0x80);
+  out += static_cast<char>(value);
+  return out;
+}
+std::string field(int number, int wire_type) { return varint(number << 3 | wire_type); }
+std::string length_field(int number, const std::string& bytes) {
+  return field(number, 2) + varint(bytes.size()) + bytes;
+}
+std::string digest_message(const std::string& hash, std::int64_t size) {
+  return length_field(1, hash) + field(2, 0) + varint(static_cast<std::uint64_t>(size));
+}
+std::span<const std::uint8_t> bytes_of(const std::string& text) {
+  return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};
+}
+
+TEST(ServeGrpcWire, ReadsFieldsAsProtobufDoes) {
+  const Digest one = sha256("one"), two = sha256("two");
+  // The second entry: a wrong hash first (the last one given wins), an
+  // unknown varint field 7, and its size after its hash.
+  const std::string first = digest_message(one.hex(), 10);
+  const std::string second =
+      length_field(1, "not-a-digest") + field(7, 0) + varint(99) + digest_message(two.hex(), 20);
+  const std::string request = field(3, 0) + varint(1) + length_field(2, first) +
+                              field(9, 5) + std::string(4, 'x') +  // an unknown fixed32
+                              length_field(1, "tenant") + length_field(2, second) +
+                              field(2, 0) + varint(5);  // field 2 as a varint: unknown, skipped
+  auto wire = parse_find_missing_blobs(bytes_of(request), 100);
+  ASSERT_TRUE(wire) << wire.error().message;
+  EXPECT_EQ(wire->instance_name, "tenant");
+  EXPECT_EQ(wire->digest_function, 1u);
+  EXPECT_EQ(wire->count, 2u);
+  EXPECT_FALSE(wire->digest_error);
+  ASSERT_EQ(wire->digests.size(), 2u);
+  EXPECT_EQ(wire->digests[0], one);
+  EXPECT_EQ(wire->digests[1], two);
+  // The answer holds the missing entries byte for byte as they were sent.
+  const std::vector<std::uint32_t> missing = {1};
+  std::string out(find_missing_blobs_response_size(*wire, missing), '\0');
+  encode_find_missing_blobs_response(
+      bytes_of(request), *wire, missing,
+      std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size()));
+  EXPECT_EQ(out, length_field(2, second));
+  const std::vector<std::uint32_t> both = {0, 1};
+  out.assign(find_missing_blobs_response_size(*wire, both), '\0');
+  encode_find_missing_blobs_response(
+      bytes_of(request), *wire, both,
+      std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size()));
+  EXPECT_EQ(out, length_field(2, first) + length_field(2, second));
+  // An empty request is an empty message: no name, no digests.
+  auto empty = parse_find_missing_blobs({}, 100);
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->count, 0u);
+  EXPECT_TRUE(empty->instance_name.empty());
+}
+
+TEST(ServeGrpcWire, BadDigestsAreNamedAndLimitsCounted) {
+  const Digest one = sha256("one");
+  std::string request = length_field(2, digest_message(one.hex(), 1)) +
+                        length_field(2, digest_message("abc", 1)) +
+                        length_field(2, digest_message(one.hex(), -1));
+  auto wire = parse_find_missing_blobs(bytes_of(request), 100);
+  ASSERT_TRUE(wire);
+  ASSERT_TRUE(wire->digest_error);
+  EXPECT_EQ(wire->digest_error->status, 400);
+  EXPECT_EQ(wire->digest_error->code, "invalid_digest");
+  EXPECT_NE(wire->digest_error->message.find("blob_digests[1]"), std::string::npos);
+  request = length_field(2, digest_message(one.hex(), -1));  // -1: a 10-byte varint
+  wire = parse_find_missing_blobs(bytes_of(request), 100);
+  ASSERT_TRUE(wire && wire->digest_error);
+  EXPECT_NE(wire->digest_error->message.find("size_bytes"), std::string::npos);
+  // Past the limit, entries are counted, not decoded.
+  request.clear();
+  for (int i = 0; i < 5; ++i) request += length_field(2, digest_message(one.hex(), i));
+  wire = parse_find_missing_blobs(bytes_of(request), 4);
+  ASSERT_TRUE(wire);
+  EXPECT_EQ(wire->count, 5u);
+  EXPECT_TRUE(wire->digests.empty());
+}
+
+// The hex decoder against parse_hex_digest: every byte value at every
+// position of a digest's 64 digits, in both cases.
+TEST(ServeGrpcWire, DecodesHexAsParseHexDigestDoes) {
+  for (const bool upper : {false, true}) {
+    std::string hex = sha256("hex").hex();
+    if (upper) std::transform(hex.begin(), hex.end(), hex.begin(), ::toupper);
+    for (std::size_t position = 0; position < hex.size(); ++position) {
+      for (int c = 0; c < 256; ++c) {
+        std::string text = hex;
+        text[position] = static_cast<char>(c);
+        const std::string request = length_field(2, digest_message(text, 1));
+        auto wire = parse_find_missing_blobs(bytes_of(request), 10);
+        ASSERT_TRUE(wire);
+        const auto expected = parse_hex_digest(text);
+        ASSERT_EQ(expected.has_value(), !wire->digest_error) << position << " " << c;
+        if (expected) {
+          ASSERT_EQ(wire->digests.size(), 1u);
+          ASSERT_EQ(wire->digests[0], *expected) << position << " " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(ServeGrpcWire, RefusesBytesThatAreNotAMessage) {
+  const std::string name = length_field(1, "tenant");
+  for (const std::string& bad :
+       {name.substr(0, name.size() - 1),          // a field cut short
+        std::string("\x0a\x80", 2),               // a truncated length varint
+        field(2, 2) + std::string(11, '\xff'),    // a varint over 10 bytes
+        field(5, 3),                              // a group
+        field(4, 1) + "1234"}) {                  // a fixed64 cut short
+    auto wire = parse_find_missing_blobs(bytes_of(bad), 100);
+    ASSERT_FALSE(wire);
+    EXPECT_EQ(wire.error().status, 400);
+    EXPECT_EQ(wire.error().code, "invalid_request");
+    EXPECT_NE(wire.error().message.find("at byte"), std::string::npos);
+  }
 }
 
 }  // namespace

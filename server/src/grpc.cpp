@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "abf/server/grpc_wire.hpp"
 #include "remote_execution.grpc.pb.h"
 
 namespace abf::server {
@@ -55,20 +56,34 @@ std::string bind_failure(const std::string& host, int port) {
   return reason;
 }
 
-std::string_view metadata(const grpc::ServerContext& context, std::string_view key) {
+std::string_view metadata(const grpc::ServerContextBase& context, std::string_view key) {
   const auto& headers = context.client_metadata();
   const auto found = headers.find(grpc::string_ref(key.data(), key.size()));
   if (found == headers.end()) return {};
   return {found->second.data(), found->second.size()};
 }
 
-class CasService final : public rex::ContentAddressableStorage::Service {
+// FindMissingBlobs with the request and answer as bytes (grpc_wire.hpp
+// says why), registered by hand as the generated Service does, with
+// ByteBuffer for both messages: a synchronous method, as before. (The
+// generated raw callback method spent more of the server's samples in
+// thread switches under the same client: 13.8% against 9.7%, perf.)
+class CasService final : public grpc::Service {
  public:
-  explicit CasService(Core& core) : core_(core) {}
+  explicit CasService(Core& core) : core_(core) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs",
+        grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<CasService, grpc::ByteBuffer, grpc::ByteBuffer>(
+            [](CasService* service, grpc::ServerContext* context, const grpc::ByteBuffer* request,
+               grpc::ByteBuffer* response) {
+              return service->FindMissingBlobs(context, request, response);
+            },
+            this)));
+  }
 
-  grpc::Status FindMissingBlobs(grpc::ServerContext* context,
-                                const rex::FindMissingBlobsRequest* request,
-                                rex::FindMissingBlobsResponse* response) override {
+  grpc::Status FindMissingBlobs(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response) {
     const auto start = Clock::now();
     Answer answer;
     const auto result = answer_request(*context, *request, *response, answer);
@@ -106,44 +121,50 @@ class CasService final : public rex::ContentAddressableStorage::Service {
     std::int64_t answer_us = -1;  // the exact answer alone: filter, then catalog
   };
 
+  // The checks in HTTP's order (docs/serve.md): authentication, the tenant,
+  // the request bucket, the digest function, the digest limit, the digests,
+  // the digest bucket, the answer.
   RequestResult<void> answer_request(grpc::ServerContext& context,
-                                     const rex::FindMissingBlobsRequest& request,
-                                     rex::FindMissingBlobsResponse& response, Answer& answer) {
+                                     const grpc::ByteBuffer& request, grpc::ByteBuffer& response,
+                                     Answer& answer) {
     auto caller = core_.authenticate(metadata(context, "authorization"));
     if (!caller) return std::unexpected(caller.error());
     answer.caller = std::string(caller->id());
+    grpc::Slice bytes;
+    if (!request.DumpToSingleSlice(&bytes).ok()) {
+      return refuse(400, "invalid_request", "the request could not be read");
+    }
+    const std::span<const std::uint8_t> data(bytes.begin(), bytes.size());
+    auto wire = parse_find_missing_blobs(data, core_.config().max_digests);
+    if (!wire) return std::unexpected(wire.error());
     RequestResult<Tenant*> tenant = refuse(400, "invalid_tenant",
                                            "instance_name is not a tenant name (1 to 64 of "
                                            "A-Z a-z 0-9 . _ -)");
-    if (request.instance_name().empty()) {
+    if (wire->instance_name.empty()) {
       tenant = core_.default_tenant(*caller);
-    } else if (valid_tenant_name(request.instance_name())) {
-      tenant = core_.tenant_for(*caller, request.instance_name());
+    } else if (valid_tenant_name(wire->instance_name)) {
+      tenant = core_.tenant_for(*caller, wire->instance_name);
     }
     if (!tenant) return std::unexpected(tenant.error());
     answer.tenant = (*tenant)->config.name;
     if (auto ok = core_.limiter().admit_request(caller->bucket); !ok) return ok;
-    const auto function = request.digest_function();
+    const auto function = wire->digest_function;
     if (function != rex::DigestFunction::UNKNOWN && function != rex::DigestFunction::SHA256) {
+      const auto value = static_cast<int>(function);
+      const std::string name = rex::DigestFunction::Value_IsValid(value)
+                                   ? rex::DigestFunction::Value_Name(value)
+                                   : std::to_string(function);
       return refuse(400, "unsupported_digest_function",
-                    "digest_function " + rex::DigestFunction::Value_Name(function) +
-                        ": this server answers for SHA256 only");
+                    "digest_function " + name + ": this server answers for SHA256 only");
     }
-    const int count = request.blob_digests_size();
-    if (static_cast<std::size_t>(count) > core_.config().max_digests) {
+    if (wire->count > core_.config().max_digests) {
       return refuse(413, "too_many_digests",
-                    "request has " + std::to_string(count) + " digests; the limit is " +
+                    "request has " + std::to_string(wire->count) + " digests; the limit is " +
                         std::to_string(core_.config().max_digests) +
                         " per request: split the batch");
     }
-    std::vector<Digest> digests(static_cast<std::size_t>(count));
-    for (int i = 0; i < count; ++i) {
-      const rex::Digest& digest = request.blob_digests(i);
-      auto parsed =
-          parse_grpc_digest(digest.hash(), digest.size_bytes(), static_cast<std::size_t>(i));
-      if (!parsed) return std::unexpected(parsed.error());
-      digests[static_cast<std::size_t>(i)] = *parsed;
-    }
+    if (wire->digest_error) return std::unexpected(*wire->digest_error);
+    const std::vector<Digest>& digests = wire->digests;
     answer.digests = digests.size();
     if (auto ok = core_.limiter().admit_digests(caller->bucket, digests.size()); !ok) return ok;
     const auto answer_start = Clock::now();
@@ -151,10 +172,12 @@ class CasService final : public rex::ContentAddressableStorage::Service {
     answer.answer_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - answer_start).count();
     if (!outcome) return std::unexpected(outcome.error());
-    response.mutable_missing_blob_digests()->Reserve(static_cast<int>(outcome->missing.size()));
-    for (std::uint32_t i : outcome->missing) {
-      *response.add_missing_blob_digests() = request.blob_digests(static_cast<int>(i));
-    }
+    // Written in place into one slice of the answer's exact size.
+    grpc::Slice out(find_missing_blobs_response_size(*wire, outcome->missing));
+    encode_find_missing_blobs_response(
+        data, *wire, outcome->missing,
+        std::span<std::uint8_t>(const_cast<std::uint8_t*>(out.begin()), out.size()));
+    response = grpc::ByteBuffer(&out, 1);
     answer.missing = outcome->missing.size();
     answer.maybes = outcome->counts.maybe;
     answer.catalog_version = outcome->catalog_version;
