@@ -539,10 +539,20 @@ nlohmann::ordered_json Core::readiness() const {
   nlohmann::ordered_json tenants = nlohmann::ordered_json::object();
   for (const auto& tenant : tenants_) {
     const auto snapshot = tenant->publisher->current();
-    tenants[tenant->config.name] = {
+    nlohmann::ordered_json item = {
         {"ready", snapshot != nullptr},
         {"catalog_version", snapshot ? nlohmann::ordered_json(snapshot->catalog_version())
                                      : nlohmann::ordered_json(nullptr)}};
+    // How far the snapshot lags the catalog's head: answers stay exact at
+    // the head (PROTOCOL.md section 8), so a lag is reported, not unready.
+    if (snapshot != nullptr) {
+      const auto lag = tenant->service->lag();
+      item["lag"] = lag ? nlohmann::ordered_json{{"head_version", lag->head_version},
+                                                 {"versions", lag->versions_behind},
+                                                 {"digests_added", lag->digests_added}}
+                        : nlohmann::ordered_json(nullptr);
+    }
+    tenants[tenant->config.name] = std::move(item);
   }
   return tenants;
 }
@@ -621,6 +631,32 @@ std::string Core::prometheus() const {
   for (const auto& tenant : tenants_) {
     out += "artifact_bloom_serve_snapshot_ready{tenant=\"" + label_value(tenant->config.name) +
            "\"} " + (tenant->publisher->current() ? "1" : "0") + "\n";
+  }
+  // The lag of each serving snapshot behind its catalog's head, read now
+  // (a tenant whose catalog cannot answer, or without a snapshot, has none).
+  std::vector<std::pair<std::string, service::CatalogLag>> lags;
+  for (const auto& tenant : tenants_) {
+    if (tenant->publisher->current() == nullptr) continue;
+    if (auto lag = tenant->service->lag()) lags.emplace_back(tenant->config.name, *lag);
+  }
+  family("artifact_bloom_serve_catalog_head_version", "gauge",
+         "The catalog's newest version: the version answers are exact for.");
+  for (const auto& [name, lag] : lags) {
+    out += "artifact_bloom_serve_catalog_head_version{tenant=\"" + label_value(name) + "\"} " +
+           std::to_string(lag.head_version) + "\n";
+  }
+  family("artifact_bloom_serve_snapshot_lag_versions", "gauge",
+         "Catalog versions made after the serving snapshot's version.");
+  for (const auto& [name, lag] : lags) {
+    out += "artifact_bloom_serve_snapshot_lag_versions{tenant=\"" + label_value(name) + "\"} " +
+           std::to_string(lag.versions_behind) + "\n";
+  }
+  family("artifact_bloom_serve_snapshot_lag_digests", "gauge",
+         "Digests the catalog added after the serving snapshot's version (each checked at the "
+         "head when the filter answers absent).");
+  for (const auto& [name, lag] : lags) {
+    out += "artifact_bloom_serve_snapshot_lag_digests{tenant=\"" + label_value(name) + "\"} " +
+           std::to_string(lag.digests_added) + "\n";
   }
   family("artifact_bloom_serve_reloads_total", "counter",
          "Snapshot reloads (start, SIGHUP, POST /admin/reload) by result.");

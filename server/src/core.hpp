@@ -179,7 +179,9 @@ class Core {
 
   std::vector<TenantReload> reload(std::string_view trigger);
   bool ready() const;
-  // Every tenant: {"name": {"ready": bool, "catalog_version": N}}.
+  // Every tenant: {"name": {"ready": bool, "catalog_version": N, "lag":
+  // {"head_version": H, "versions": N, "digests_added": N} or null}} ("lag"
+  // only with a snapshot; null when the catalog cannot answer).
   nlohmann::ordered_json readiness() const;
 
   // Prometheus text: every tenant's service metrics with a tenant label

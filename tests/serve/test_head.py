@@ -59,6 +59,17 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
             truth = support.Truth(self.catalog.db)
             self.assertEqual(missing, truth.missing(items, 2))
             self.assertEqual(set(missing), set(NEVER))  # 0 wrong answers
+            # /readyz and /metrics tell how far the snapshot lags; still ready
+            # (answers are exact at the head).
+            ready = self.session.get(server.url + "/readyz", timeout=10).json()
+            self.assertEqual(ready["tenants"]["default"], {
+                "ready": True, "catalog_version": 1,
+                "lag": {"head_version": 2, "versions": 1, "digests_added": 1000}})
+            text = self.session.get(server.url + "/metrics", timeout=10).text
+            for name, value in (("artifact_bloom_serve_catalog_head_version", 2),
+                                ("artifact_bloom_serve_snapshot_lag_versions", 1),
+                                ("artifact_bloom_serve_snapshot_lag_digests", 1000)):
+                self.assertEqual(support.metric(text, name, tenant="default"), value, name)
             for digest in SECOND[:20]:
                 response = self.session.get(server.url + "/v1/default/blobs/sha256:" +
                                             digest.hex(), timeout=10)

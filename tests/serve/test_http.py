@@ -434,9 +434,10 @@ class Tenants(unittest.TestCase):
         self.assertEqual(body, {"ready": True})
         admin = bearer(self.tokens["admin"])
         body = self.session.get(self.server.url + "/readyz", headers=admin, timeout=10).json()
+        no_lag = {"head_version": None, "versions": 0, "digests_added": 0}
         self.assertEqual(body, {"ready": True, "tenants": {
-            "a": {"ready": True, "catalog_version": 1},
-            "b": {"ready": True, "catalog_version": 2}}})
+            "a": {"ready": True, "catalog_version": 1, "lag": dict(no_lag, head_version=1)},
+            "b": {"ready": True, "catalog_version": 2, "lag": dict(no_lag, head_version=2)}}})
         self.assertEqual(self.session.get(self.server.url + "/metrics", timeout=10).status_code,
                          401)
         text = self.session.get(self.server.url + "/metrics", headers=admin, timeout=10).text

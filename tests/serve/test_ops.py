@@ -125,7 +125,9 @@ class PrivateOperations(unittest.TestCase):
             self.assertEqual(response.status_code, 200)
             self.assertEqual(response.json(), {"ready": True}, token)
         self.assertEqual(self.get("/readyz", "metrics").json(),
-                         {"ready": True, "tenants": {"a": {"ready": True, "catalog_version": 1}}})
+                         {"ready": True, "tenants": {"a": {
+                             "ready": True, "catalog_version": 1,
+                             "lag": {"head_version": 1, "versions": 0, "digests_added": 0}}}})
         self.assertIn("tenants", self.get("/readyz", "admin").json())
         self.assertEqual(self.get("/healthz").status_code, 200)
 
