@@ -14,8 +14,20 @@ namespace {
 
 struct DigestOptions {
   std::vector<std::string> files;
+  bool zero = false;
   bool json = false;
 };
+
+// The record `sha256sum -z` prints: the name as it is (never escaped, so
+// it may hold newlines), then a NUL; build, query and the others read it
+// back (parse_digest_record).
+std::string sha256sum_zero_record(const Digest& digest, std::string_view name) {
+  std::string record = digest.hex();
+  record += "  ";
+  record += name;
+  record += '\0';
+  return record;
+}
 
 int run_digest(const DigestOptions& options) {
   // No files: standard input, named "-" as sha256sum names it.
@@ -41,7 +53,9 @@ int run_digest(const DigestOptions& options) {
     }
     // Each line as soon as its file is hashed, as sha256sum does; a failed
     // write ends the command.
-    if (auto wrote = write_stdout(sha256sum_line(*digest, file)); !wrote) {
+    const std::string line =
+        options.zero ? sha256sum_zero_record(*digest, file) : sha256sum_line(*digest, file);
+    if (auto wrote = write_stdout(line); !wrote) {
       return report("digest", wrote.error());
     }
   }
@@ -63,14 +77,22 @@ Command add_digest_command(CLI::App& root) {
       "\\n and \\r). With no files, or a file -, standard input is hashed, named -.\n"
       "A file that cannot be read is reported on stderr and the others are still hashed;\n"
       "the exit status is then 1.\n"
+      "-z ends each line with a NUL instead of a newline and writes names as they are\n"
+      "(sha256sum -z): build, query, dedup and catalog add read it back, names with\n"
+      "newlines included.\n"
       "Examples:\n"
       "  abf digest blobs/* > catalog.txt\n"
       "  tar -cf - dir | abf digest\n"
-      "  abf digest a.bin b.bin --json");
+      "  abf digest a.bin b.bin --json\n"
+      "  abf digest -z blobs/* | abf build -n 1000000 -p 0.001 -o c.abf");
   app->add_option("files", options->files,
                   "Files to hash (- for standard input; default: standard input)");
+  CLI::Option* zero = app->add_flag(
+      "-z,--zero", options->zero,
+      "End each line with NUL, not newline, and leave names unescaped (sha256sum -z)");
   app->add_flag("--json", options->json,
-                "One JSON object, {\"files\": [{\"file\", \"sha256\"}...]}, instead of lines");
+                "One JSON object, {\"files\": [{\"file\", \"sha256\"}...]}, instead of lines")
+      ->excludes(zero);
   return {app, [options] { return run_digest(*options); }};
 }
 

@@ -30,12 +30,15 @@ namespace abf::fuzz {
 // same answer for every probed digest (a maybe never becomes absent).
 std::string check_snapshot(std::span<const std::uint8_t> data);
 
-// Input: text, read as hex digest lines. Properties: the reader accepts
-// the text exactly when every non-blank line parses on its own, yields
-// those digests in order, and names the first bad line; reading in small
-// spans gives what read_all gives; every accepted line printed back as
-// "sha256:<hex>" (and bare, upper-case, and as a sha256sum line) parses to
-// the same digest, and the printed text reads back to the same digests.
+// Input: text, read as hex digest lines, or as NUL-terminated records
+// where its first MiB holds a NUL. Properties: the reader
+// accepts the text exactly when every non-blank line (record) parses on its
+// own and no line holds a NUL, yields those digests in order, and names the
+// first bad line (record), or the line and byte offset of a NUL in a line;
+// reading in small spans gives what read_all gives; every accepted line
+// printed back as "sha256:<hex>" (and bare, upper-case, and as a sha256sum
+// line) parses to the same digest, and the printed text, and the digests
+// printed as sha256sum -z records, read back to the same digests.
 std::string check_text_reader(std::span<const std::uint8_t> data);
 
 // Input: one byte k, then k bytes of span sizes (each + 1 digests), then the

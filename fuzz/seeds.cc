@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
   write(out / "text_reader", "bad-one-space-name", hex + " name\n");
   write(out / "text_reader", "bad-late-line", hex + "\n" + hex + "\nnot a digest\n");
   write(out / "text_reader", "empty", std::string());
+  write(out / "text_reader", "zero-records",
+        hex + "  a\n b" + std::string(1, '\0') + "SHA256 (c\nd) = " + hex + std::string(1, '\0'));
+  write(out / "text_reader", "bad-nul-in-line", hex + "  a\n" + hex + "  b" + std::string(1, '\0'));
+  write(out / "text_reader", "bad-run-in-record",
+        hex + "  a" + std::string(1, '\0') + hex + "  b\n" + hex + "  c\n");
   std::string probes;
   for (const auto& row : {"probes.tsv"}) {
     std::ifstream in(vectors / row);

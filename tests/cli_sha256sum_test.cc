@@ -21,6 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using namespace std::string_literals;
+
 class Sha256sumTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -106,6 +108,88 @@ TEST_F(Sha256sumTest, ReadersTakeWhatSha256sumPrints) {
     EXPECT_NE(add.out.find("\"added\": " + std::to_string(digests_.size())), std::string::npos)
         << add.out;
   }
+}
+
+// sha256sum -z: NUL-terminated lines, names as they are (newlines raw).
+TEST_F(Sha256sumTest, DigestZeroPrintsExactlyWhatSha256sumZeroPrints) {
+  const test::CliRun ours = sh("cd files && $ABF digest -z *");
+  const test::CliRun theirs = sh("cd files && sha256sum -z *");
+  ASSERT_EQ(ours.status, 0) << ours.err;
+  ASSERT_EQ(theirs.status, 0) << theirs.err;
+  EXPECT_EQ(ours.out, theirs.out);
+  EXPECT_NE(ours.out.find("new\nline"s + '\0'), std::string::npos);  // unescaped
+  EXPECT_EQ(sh("$ABF digest --zero < 'files/new\nline'").out,
+            sh("sha256sum -z < 'files/new\nline'").out);
+  EXPECT_EQ(sh("$ABF digest -z --json files/plain.bin").status, 2);
+}
+
+// issue 22: `sha256sum -z a b > z.txt; abf build ...` said "1 digests", and
+// b's digest answered absent. Every reader takes NUL-terminated records
+// (plain and --tag, names with newlines), and finds every digest.
+TEST_F(Sha256sumTest, EveryCommandReadsNulTerminatedRecords) {
+  const std::string n = std::to_string(digests_.size());
+  // One more file, not in any snapshot or catalog: dedup's one new digest.
+  ASSERT_EQ(sh("printf 'fresh' > fresh.bin").status, 0);
+  const Digest fresh = sha256(std::string_view("fresh"));
+  for (const std::string flags : {"-z", "-z --tag"}) {
+    SCOPED_TRACE(flags);
+    // The first file's name holds a newline: the first newline of the input
+    // comes before its first NUL.
+    ASSERT_EQ(sh("cd files && sha256sum " + flags + " 'new\nline' * > ../z.txt").status, 0);
+    ASSERT_EQ(
+        sh("cd files && sha256sum " + flags + " 'new\nline' * ../fresh.bin > ../zf.txt").status, 0);
+    fs::remove(dir_ / "z.abf");
+    const test::CliRun build = sh("$ABF build -n 100 -p 0.001 -i z.txt -o z.abf");
+    ASSERT_EQ(build.status, 0) << build.err;
+    // Every name once, "new\nline" twice.
+    EXPECT_NE(build.out.find(std::to_string(digests_.size() + 1) + " digests"), std::string::npos)
+        << build.out;
+    const test::CliRun query = sh("$ABF query -s z.abf --summary < zf.txt");
+    EXPECT_EQ(query.out, "total\t" + std::to_string(digests_.size() + 2) + "\nabsent\t1\nmaybe\t" +
+                             std::to_string(digests_.size() + 1) + "\n")
+        << query.err;
+    fs::remove(dir_ / "c.db");
+    ASSERT_EQ(test::run_cli(dir_, "catalog init --db c.db").status, 0);
+    const test::CliRun add = sh("$ABF catalog add --db c.db --json -i z.txt");
+    ASSERT_EQ(add.status, 0) << add.err;
+    EXPECT_NE(add.out.find("\"added\": " + n), std::string::npos) << add.out;
+    ASSERT_EQ(sh("$ABF build --from-catalog c.db -n 100 -p 0.001 -o cat.abf").status, 0);
+    const test::CliRun dedup = sh("$ABF dedup -s cat.abf --db c.db -i zf.txt");
+    ASSERT_EQ(dedup.status, 0) << dedup.err;
+    EXPECT_EQ(dedup.out, fresh.hex() + "\n");
+  }
+}
+
+// Text of lines with a NUL past the first MiB (so not NUL-terminated
+// records): every reader refuses it, naming the line and the NUL's byte
+// offset, and writes nothing.
+TEST_F(Sha256sumTest, ANulInTextOfLinesIsAnErrorInEveryCommand) {
+  std::string text;
+  std::size_t lines = 0;
+  for (; text.size() <= DigestReader::kMaxRecordBytes; ++lines) {
+    text += digests_[lines % digests_.size()].hex() + "  x\n";
+  }
+  const std::size_t nul = text.size() + 64 + 3;
+  text += digests_[0].hex() + "  a" + '\0' + digests_[1].hex() + "  b" + '\0';
+  std::ofstream(dir_ / "lines.txt", std::ios::binary) << text;
+  const std::string where = "lines.txt: line " + std::to_string(lines + 1) +
+                            ": a NUL byte at byte offset " + std::to_string(nul) + ": ";
+  ASSERT_EQ(test::run_cli(dir_, "catalog init --db c.db").status, 0);
+  const test::CliRun snapshot =
+      test::run_cli(dir_, "build --from-catalog c.db -n 10 -p 0.01 -o s.abf");
+  ASSERT_EQ(snapshot.status, 0) << snapshot.err;
+  for (const std::string command :
+       {"build -n 100000 -p 0.01 -i lines.txt -o out.abf", "query -s s.abf -i lines.txt -o out.txt",
+        "catalog add --db c.db -i lines.txt", "dedup -s s.abf --db c.db -i lines.txt -o out.txt"}) {
+    SCOPED_TRACE(command);
+    const test::CliRun run = test::run_cli(dir_, command);
+    EXPECT_EQ(run.status, 1);
+    EXPECT_NE(run.err.find("invalid_digest: " + where), std::string::npos) << run.err;
+    EXPECT_FALSE(fs::exists(dir_ / "out.abf"));
+    EXPECT_FALSE(fs::exists(dir_ / "out.txt"));
+  }
+  const test::CliRun stats = test::run_cli(dir_, "catalog stats --db c.db --json");
+  EXPECT_NE(stats.out.find("\"latest_version\": 0"), std::string::npos) << stats.out;
 }
 
 }  // namespace

@@ -21,9 +21,17 @@ namespace abf {
 
 namespace {
 
-constexpr std::size_t kReadBuffer = std::size_t{1} << 20;  // also the longest accepted hex line
+constexpr std::size_t kReadBuffer = DigestReader::kMaxRecordBytes;
 
 std::string errno_text() { return std::strerror(errno); }
+
+std::string nul_in_line_message(const std::string& source, std::uint64_t line,
+                                std::uint64_t offset) {
+  return source + ": line " + std::to_string(line) + ": a NUL byte at byte offset " +
+         std::to_string(offset) +
+         ": NUL ends records only in input whose first MiB holds one (as sha256sum -z writes "
+         "it), and this input's first MiB has none";
+}
 
 }  // namespace
 
@@ -37,6 +45,13 @@ Result<InputFormat> parse_input_format(std::string_view name) {
 // ---------------------------------------------------------------- DigestReader
 
 struct DigestReader::State {
+  // Text records end with a newline, or with a NUL throughout where the
+  // first MiB of the input (the longest record) holds a NUL: a
+  // NUL-terminated input (sha256sum -z) has one there, at the end of its
+  // first record, even when that record's name holds newlines. Undecided
+  // until that much is read (or the input ends).
+  enum class Terminator { kUndecided, kNewline, kNul };
+
   InputFormat format = InputFormat::kHex;
   std::string name;
   int fd = -1;
@@ -47,7 +62,8 @@ struct DigestReader::State {
   std::size_t begin = 0;  // unread bytes are buffer[begin, end)
   std::size_t end = 0;
   std::uint64_t consumed = 0;  // bytes before buffer[begin]
-  std::uint64_t line = 0;      // lines consumed (hex)
+  std::uint64_t line = 0;      // lines (or NUL-terminated records) consumed (hex)
+  Terminator terminator = Terminator::kUndecided;
   std::uint64_t size_hint = 0;
   std::uint64_t received = 0;  // bytes read from fd so far
 
@@ -116,34 +132,68 @@ struct DigestReader::State {
     return produced;
   }
 
-  Result<std::size_t> read_hex(std::span<Digest> out) {
+  // Decides the terminator from the input's first MiB, all in the buffer
+  // (nothing is consumed before it is decided).
+  void decide_terminator() {
+    const std::size_t window = std::min(end - begin, DigestReader::kMaxRecordBytes);
+    terminator = window != 0 && std::memchr(buffer.data() + begin, '\0', window) != nullptr
+                     ? Terminator::kNul
+                     : Terminator::kNewline;
+  }
+
+  Result<std::size_t> read_text(std::span<Digest> out) {
     std::size_t produced = 0;
     while (produced < out.size()) {
+      if (terminator == Terminator::kUndecided) {
+        if (!eof && end - begin < DigestReader::kMaxRecordBytes) {
+          if (auto filled = fill(); !filled) return std::unexpected(filled.error());
+          continue;
+        }
+        decide_terminator();
+      }
       const char* start = buffer.data() + begin;
+      const char end_of_record = terminator == Terminator::kNul ? '\0' : '\n';
       // memchr needs a valid pointer even for 0 bytes, and an empty buffer
       // has none.
-      const auto* newline =
-          begin == end ? nullptr : static_cast<const char*>(std::memchr(start, '\n', end - begin));
+      const auto* found =
+          begin == end ? nullptr
+                       : static_cast<const char*>(std::memchr(start, end_of_record, end - begin));
       std::size_t length = 0;
       std::size_t advance = 0;
-      if (newline != nullptr) {
-        length = static_cast<std::size_t>(newline - start);
+      if (found != nullptr) {
+        length = static_cast<std::size_t>(found - start);
         advance = length + 1;
       } else if (eof) {
         if (begin == end) break;
-        length = advance = end - begin;  // last line without a newline
+        length = advance = end - begin;  // last record without its terminator
       } else {
         if (begin == 0 && end == buffer.size()) {
-          return fail(ErrorCode::kInvalidDigest, name + ": line " + std::to_string(line + 1) +
-                                                     " is longer than " +
-                                                     std::to_string(buffer.size()) + " bytes");
+          return fail(ErrorCode::kInvalidDigest,
+                      name + ": " + (terminator == Terminator::kNul ? "record " : "line ") +
+                          std::to_string(line + 1) + " is longer than " +
+                          std::to_string(buffer.size()) + " bytes");
         }
         if (auto filled = fill(); !filled) return std::unexpected(filled.error());
         continue;
       }
       const std::string_view text(start, length);
+      const std::uint64_t offset = consumed;
       consume(advance);
       ++line;
+      if (terminator == Terminator::kNul) {
+        if (is_blank_record(text)) continue;
+        auto digest = parse_digest_record(text, line, offset);
+        if (!digest) return fail(ErrorCode::kInvalidDigest, name + ": " + digest.error().message);
+        out[produced++] = *digest;
+        continue;
+      }
+      // A NUL in a line would hide what follows it in the line's name.
+      if (const auto* nul = static_cast<const char*>(std::memchr(text.data(), '\0', length));
+          nul != nullptr) {
+        return fail(ErrorCode::kInvalidDigest,
+                    nul_in_line_message(name, line,
+                                        offset + static_cast<std::uint64_t>(nul - text.data())));
+      }
       if (is_blank_line(text)) continue;
       auto digest = parse_digest_line(text, line);
       if (!digest) {
@@ -206,7 +256,7 @@ DigestReader DigestReader::from_memory(std::string_view bytes, InputFormat forma
 }
 
 Result<std::size_t> DigestReader::read(std::span<Digest> out) {
-  return state_->format == InputFormat::kBinary ? state_->read_binary(out) : state_->read_hex(out);
+  return state_->format == InputFormat::kBinary ? state_->read_binary(out) : state_->read_text(out);
 }
 
 Result<std::vector<Digest>> DigestReader::read_all() {

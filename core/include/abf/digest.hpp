@@ -56,6 +56,17 @@ Result<Digest> parse_hex_digest(std::string_view hex);
 // Blank lines are the caller's business: see `is_blank_line`.
 Result<Digest> parse_digest_line(std::string_view line, std::uint64_t line_number);
 
+// Parses one NUL-terminated record, as `sha256sum -z` writes them
+// (`<hex>  <name>` with the name never escaped, so it may hold newlines;
+// also `sha256sum -z --tag` records): every form parse_digest_line takes,
+// surrounding spaces, tabs, '\r' and newlines ignored. A line of the record
+// after its first that is itself a digest line (newline-terminated records
+// run into a NUL-terminated one) is refused: its digest would be lost in the
+// name.
+// Errors start "record <record_number> (byte offset <byte_offset>): ".
+Result<Digest> parse_digest_record(std::string_view record, std::uint64_t record_number,
+                                   std::uint64_t byte_offset);
+
 // The line `sha256sum` (GNU coreutils 9.1) prints for a file `name` with
 // this digest, newline included: `<hex>  <name>`; when the name holds a
 // backslash, newline or carriage return, those are written as the two
@@ -65,6 +76,8 @@ std::string sha256sum_line(const Digest& digest, std::string_view name);
 
 // True for an empty line or one of spaces, tabs and '\r' only.
 bool is_blank_line(std::string_view line) noexcept;
+// True for an empty record or one of spaces, tabs, '\r' and newlines only.
+bool is_blank_record(std::string_view record) noexcept;
 
 // SHA-256 of bytes in memory (OpenSSL libcrypto).
 Digest sha256(std::span<const std::uint8_t> bytes);

@@ -17,16 +17,27 @@ namespace abf {
 
 enum class InputFormat {
   kBinary,  // consecutive 32-byte records; size must be a multiple of 32
-  kHex,     // one digest per line, see parse_digest_line; blank lines skipped
+  kHex,     // text: one digest a line (parse_digest_line), or, where the
+            // input's first MiB holds a NUL, one digest a NUL-terminated
+            // record (parse_digest_record, as sha256sum -z writes them);
+            // blank lines and records skipped
 };
 
 // "bin" / "hex"; kInvalidArgument otherwise.
 Result<InputFormat> parse_input_format(std::string_view name);
 
 // Reads digests from a file or standard input in bounded chunks. Errors name
-// the source and the line (hex) or byte offset (binary).
+// the source and the line (hex), the record and its byte offset
+// (NUL-terminated hex) or the byte offset (binary). In text read as lines,
+// a NUL byte (past the first MiB) is an error naming its line and byte
+// offset: never part of a name that would hide the digest after it.
 class DigestReader {
  public:
+  // The longest text line or record, and the read buffer's size. Text
+  // whose first kMaxRecordBytes hold a NUL byte is NUL-terminated records:
+  // every such input has one there, at the end of its first record.
+  static constexpr std::size_t kMaxRecordBytes = std::size_t{1} << 20;
+
   // `path` "-" reads standard input. Pipes and FIFOs stream like files (a
   // FIFO's open waits for its writer, as with any reader); a directory is
   // kIo. A regular file that ends before the size it had when opened (it
