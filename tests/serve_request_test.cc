@@ -21,6 +21,11 @@
 namespace abf::server {
 namespace {
 
+std::string upper(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
 std::string binary_of(const std::vector<Digest>& digests) {
   std::string out(digests.size() * 32, '\0');
   if (!digests.empty()) std::memcpy(out.data(), digests.data(), out.size());
@@ -72,9 +77,7 @@ TEST(ServeRoute, TenantNames) {
 TEST(ServeBlob, NeedsTheSha256Prefix) {
   const Digest d = test::member_digest(1);
   EXPECT_EQ(*parse_blob_digest("sha256:" + d.hex()), d);
-  std::string upper = "SHA256:" + d.hex();
-  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  EXPECT_EQ(*parse_blob_digest(upper), d);
+  EXPECT_EQ(*parse_blob_digest(upper("SHA256:" + d.hex())), d);
   for (const std::string& bad :
        {d.hex(), "sha256:" + d.hex().substr(1), "md5:" + d.hex(), "sha256:" + d.hex() + "0",
         std::string("sha256:") + "g" + d.hex().substr(1)}) {
@@ -118,16 +121,45 @@ TEST(ServeBody, BinaryRecords) {
   EXPECT_EQ(many.error().code, "too_many_digests");
 }
 
-TEST(ServeBody, TextLinesInEveryForm) {
+TEST(ServeBody, TextLinesHoldOneDigestBareOrPrefixed) {
   const auto d = test::member_digests(4);
-  const std::string text = d[0].hex() + "\r\n\n  \nsha256:" + d[1].hex() + "\n" + d[2].hex() +
-                           "  name with spaces\nSHA256 (x) = " + d[3].hex();
+  const std::string text = d[0].hex() + "\r\n\n  \nsha256:" + d[1].hex() + "\n\t" + d[2].hex() +
+                           " \r\nSHA256:" + upper(d[3].hex());
   EXPECT_EQ(*parse_find_missing_body(BodyEncoding::kText, text, 4), d);
   const auto bad = parse_find_missing_body(BodyEncoding::kText, d[0].hex() + "\n\nnope\n", 10);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, "invalid_digest");
   EXPECT_NE(bad.error().message.find("line 3"), std::string::npos) << bad.error().message;
   EXPECT_EQ(parse_find_missing_body(BodyEncoding::kText, text, 3).error().status, 413);
+}
+
+// Every line is one digest: a second word is refused with its line, never
+// dropped as a sha256sum name (`<hex>  <hex>` lost its second digest), and
+// a sha256sum -z body, NUL-separated, is refused rather than read as its
+// first record (issue 22: a 2-digest body reported 1 missing).
+TEST(ServeBody, TextLinesWithASecondWordOrANulAreRefused) {
+  const auto d = test::member_digests(3);
+  const std::string z = std::string(1, '\0');
+  for (const auto& [body, line] : std::initializer_list<std::pair<std::string, std::string>>{
+           {d[0].hex() + "\n" + d[1].hex() + "  " + d[2].hex() + "\n", "line 2"},
+           {d[0].hex() + "\t" + d[1].hex(), "line 1"},
+           {d[0].hex() + "  a.tar\n", "line 1"},
+           {"SHA256 (a.tar) = " + d[0].hex(), "line 1"},
+           {"\n\n" + d[0].hex() + "  a" + z + d[1].hex() + "  b" + z, "line 3"},
+           {d[0].hex() + z + d[1].hex() + z, "line 1"},
+           {d[0].hex() + z, "line 1"}}) {
+    SCOPED_TRACE(body);
+    const auto parsed = parse_find_missing_body(BodyEncoding::kText, body, 10);
+    ASSERT_FALSE(parsed);
+    EXPECT_EQ(parsed.error().status, 400);
+    EXPECT_EQ(parsed.error().code, "invalid_digest");
+    EXPECT_TRUE(parsed.error().message.starts_with("text body: " + line + ": "))
+        << parsed.error().message;
+    // Error messages are logged; digests are not.
+    for (const Digest& digest : d) {
+      EXPECT_EQ(parsed.error().message.find(digest.hex()), std::string::npos);
+    }
+  }
 }
 
 TEST(ServeBody, Json) {

@@ -198,6 +198,36 @@ RequestResult<std::vector<Digest>> parse_json_body(std::string_view body, std::s
   return std::move(sax.digests);
 }
 
+// One line of a text/plain body: one digest, bare hex or sha256:<hex>
+// (either case; surrounding spaces, tabs and '\r' ignored). A second word is
+// refused, never read as a sha256sum name: `<hex>  <hex>` would lose its
+// second digest, and a NUL-separated `sha256sum -z` body all but its first.
+RequestResult<Digest> parse_text_line(std::string_view line, std::uint64_t line_number) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!line.empty() && blank(line.front())) line.remove_prefix(1);
+  while (!line.empty() && blank(line.back())) line.remove_suffix(1);
+  const auto where = [&] { return "text body: line " + std::to_string(line_number); };
+  if (const auto space = line.find_first_of(" \t"); space != std::string_view::npos) {
+    return refuse(400, "invalid_digest",
+                  where() + ": more than one word (" + describe_digest_text(line.substr(0, space)) +
+                      ", then " + describe_digest_text(line.substr(space)) +
+                      "): send one digest a line, <64 hex digits> or sha256:<64 hex digits>");
+  }
+  const bool prefixed =
+      line.size() >= kShaPrefix.size() && lower(line.substr(0, kShaPrefix.size())) == kShaPrefix;
+  const std::string_view hex = prefixed ? line.substr(kShaPrefix.size()) : line;
+  auto digest = parse_hex_digest(hex);
+  if (!digest) {
+    return refuse(400, "invalid_digest",
+                  where() + ": expected " +
+                      (prefixed ? "64 hex digits after sha256:"
+                                : "<64 hex digits> or sha256:<64 hex digits>") +
+                      ", got " + describe_digest_text(hex) +
+                      (hex.size() == 64 ? " with a non-hex digit" : ""));
+  }
+  return *digest;
+}
+
 }  // namespace
 
 std::string error_json(const RequestError& error) {
@@ -370,8 +400,8 @@ RequestResult<std::vector<Digest>> parse_find_missing_body(BodyEncoding encoding
         start = end + 1;
         ++line_number;
         if (is_blank_line(line)) continue;
-        auto digest = parse_digest_line(line, line_number);
-        if (!digest) return refuse(400, "invalid_digest", "text body: " + digest.error().message);
+        auto digest = parse_text_line(line, line_number);
+        if (!digest) return std::unexpected(digest.error());
         if (digests.size() == max_digests) return too_many(0);
         digests.push_back(*digest);
       }

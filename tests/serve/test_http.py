@@ -94,7 +94,7 @@ class SingleTenant(unittest.TestCase):
         self.assertEqual(got, self.truth.missing(items, version))
         self.assertEqual(int(response.headers["X-Abf-Missing-Count"]), len(got))
 
-    def test_text_batch_takes_every_form_abf_query_reads(self):
+    def test_text_batch_takes_hex_and_prefixed_lines(self):
         items = self.mixed()[:500]
         lines = []
         for i, d in enumerate(items):
@@ -104,9 +104,9 @@ class SingleTenant(unittest.TestCase):
             elif form == 1:
                 lines.append("sha256:" + d.hex().upper())
             elif form == 2:
-                lines.append(d.hex() + "  some/file name.tar")
+                lines.append(" \t" + d.hex() + "\t ")
             else:
-                lines.append("SHA256 (blob-%d) = %s" % (i, d.hex()))
+                lines.append("SHA256:" + d.hex())
             if i % 50 == 0:
                 lines.append("   ")  # blank lines are skipped
         response = self.post("\r\n".join(lines) + "\n", "text/plain; charset=utf-8")
@@ -191,6 +191,13 @@ class SingleTenant(unittest.TestCase):
         body = self.assert_error(self.post(MEMBERS[0].hex() + "\nnot-a-digest\n", "text/plain"),
                                  400, "invalid_digest")
         self.assertIn("line 2", body["error"]["message"])
+        # One digest a line: a second word is refused, never dropped as a
+        # sha256sum name, and so is a sha256sum -z body (issue 22).
+        for text, line in ((MEMBERS[0].hex() + "\n" + NEW[0].hex() + "  " + NEW[1].hex() + "\n",
+                            "line 2"),
+                           (NEW[0].hex() + "  a\0" + NEW[1].hex() + "  b\0", "line 1")):
+            body = self.assert_error(self.post(text, "text/plain"), 400, "invalid_digest")
+            self.assertIn(line, body["error"]["message"])
         body = self.assert_error(
             self.post(json.dumps({"digests": ["sha256:" + NEW[0].hex(), "sha256:12"]}),
                       "application/json"), 400, "invalid_digest")

@@ -94,7 +94,7 @@ RequestResult<std::optional<std::string>> parse_bearer(std::string_view value);
 // The body encodings of find-missing, chosen by Content-Type.
 enum class BodyEncoding {
   kBinary,  // application/octet-stream: consecutive 32-byte records
-  kText,    // text/plain: one digest per line, every form `abf query` reads
+  kText,    // text/plain: one digest per line, <hex> or sha256:<hex>
   kJson,    // application/json: {"digests": ["sha256:<hex>", ...]}
 };
 
@@ -114,8 +114,10 @@ std::string_view content_type_of(BodyEncoding encoding) noexcept;
 // 400 with where it is:
 //   binary  "truncated_record": the size is not a multiple of 32 (the byte
 //           offset of the cut record is named)
-//   text    "invalid_digest": a line that parse_digest_line refuses (its
-//           line number); blank lines are skipped
+//   text    "invalid_digest": a line that is not one digest, <64 hex> or
+//           sha256:<64 hex> (its line number); a second word on a line
+//           (a sha256sum name, another digest) is refused, not dropped;
+//           blank lines are skipped
 //   json    "invalid_json" (not JSON: the byte offset; or a number out of
 //           a double's range, such as 1e400), "invalid_request"
 //           (not an object with a "digests" array of strings), or
