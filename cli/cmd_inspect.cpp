@@ -1,6 +1,7 @@
 // abf inspect: every header field of a validated snapshot, and its statistics.
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,17 @@ std::string hex64(std::uint64_t value) {
   char text[19];
   std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
   return text;
+}
+
+// The content fingerprint as inspect shows it: 32 hex digits, or null /
+// "none" for a file that does not carry one.
+nlohmann::ordered_json fingerprint_json(const std::optional<ContentFingerprint>& fingerprint) {
+  return fingerprint ? nlohmann::ordered_json(fingerprint->hex()) : nlohmann::ordered_json(nullptr);
+}
+std::string fingerprint_text(const std::optional<ContentFingerprint>& fingerprint) {
+  return fingerprint ? fingerprint->hex() + " (of the digests inserted)"
+                     : std::string("none (written before fingerprints, or merged from a part "
+                                   "without one)");
 }
 
 // printf into a std::string.
@@ -70,6 +82,7 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
     json["bit_count"] = set->bit_count();
     json["catalog_id"] = m.catalog_id.hex();
     json["key_fingerprint"] = m.key_fingerprint.hex();
+    json["content_fingerprint"] = fingerprint_json(m.content_fingerprint());
     json["build_id"] = hex64(m.build_id);
     json["header_checksum"] = hex64(m.header_checksum);
     json["body_checksum"] = hex64(m.body_checksum);
@@ -87,6 +100,7 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
                         {"bit_count", h.bit_count},
                         {"payload_checksum", hex64(h.payload_checksum)},
                         {"header_checksum", hex64(h.header_checksum)},
+                        {"content_fingerprint", fingerprint_json(h.content_fingerprint())},
                         {"popcount", shard.popcount()},
                         {"fill_ratio", shard.fill_ratio()},
                         {"estimated_fpp", shard.estimate_false_positive_rate()}});
@@ -113,6 +127,7 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
            m.catalog_id.is_zero() ? " (none: tied to no catalog)" : "");
     append(out, "key fingerprint       %s%s\n", m.key_fingerprint.hex().c_str(),
            m.key_fingerprint.is_zero() ? " (unkeyed)" : " (keyed; key verified)");
+    append(out, "content fingerprint   %s\n", fingerprint_text(m.content_fingerprint()).c_str());
     append(out, "build id              %s\n", hex64(m.build_id).c_str());
     append(out, "checksums             header %s, body %s (XXH3-64, verified)\n",
            hex64(m.header_checksum).c_str(), hex64(m.body_checksum).c_str());
@@ -173,6 +188,7 @@ int run_inspect(const InspectOptions& options) {
     json["header_checksum"] = hex64(h.header_checksum);
     json["catalog_id"] = h.catalog_id.hex();
     json["key_fingerprint"] = h.key_fingerprint.hex();
+    json["content_fingerprint"] = fingerprint_json(h.content_fingerprint());
     json["popcount"] = filter->popcount();
     json["fill_ratio"] = fill;
     json["estimated_fpp"] = estimated;
@@ -199,6 +215,7 @@ int run_inspect(const InspectOptions& options) {
            h.catalog_id.is_zero() ? " (none: tied to no catalog)" : "");
     append(out, "key fingerprint       %s%s\n", h.key_fingerprint.hex().c_str(),
            h.key_fingerprint.is_zero() ? " (unkeyed)" : " (keyed; key verified)");
+    append(out, "content fingerprint   %s\n", fingerprint_text(h.content_fingerprint()).c_str());
     append(out, "bits set              %s\n", with_commas(filter->popcount()).c_str());
     append(out, "fill ratio            %.6f\n", fill);
     append(out, "estimated fpp         %.6g\n", estimated);

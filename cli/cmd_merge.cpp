@@ -111,10 +111,13 @@ Command add_merge_command(CLI::App& root) {
       "same --expected-items and --fpp for the WHOLE catalog) and join them here. The result is\n"
       "byte for byte the snapshot one build of all the digests would give.\n"
       "The inputs must agree on catalogId, bitCount, hashCount, hashProtocolVersion, the key\n"
-      "(keyFingerprint), expectedItemCount, targetFpp and catalogVersion (unless\n"
-      "--catalog-version names the result's); their insertedItemCounts are summed and may\n"
-      "not exceed expectedItemCount. Keyed parts need their --key-file; the result is keyed\n"
-      "with the same key and keeps the parts' catalogId.\n"
+      "(keyFingerprint), expectedItemCount, targetFpp and catalogVersion; their\n"
+      "insertedItemCounts are summed and may not exceed expectedItemCount. Keyed parts need\n"
+      "their --key-file; the result is keyed with the same key and keeps the parts' catalogId.\n"
+      "--catalog-version relabels parts tied to no catalog (catalogId zero); parts of a\n"
+      "catalog keep their version, and --catalog-version must be that version.\n"
+      "The result's content fingerprint is the sum of the parts' when every part has one\n"
+      "(exact for the union); otherwise it has none, and dedup and serve refuse it.\n"
       "The summary goes to stdout, or to stderr with --output - (stdout is then the snapshot).\n"
       "Filter sets (abf build --shards) merge shard by shard into a set at --output (its\n"
       "manifest): all inputs need the same shard count and --expected-items, and the result\n"
@@ -131,7 +134,8 @@ Command add_merge_command(CLI::App& root) {
       ->required();
   app->add_flag("--json", options->json, "Print the summary as one JSON object");
   app->add_option("--catalog-version", options->catalog_version,
-                  "catalogVersion of the result; lets inputs of different versions merge");
+                  "catalogVersion of the result; lets inputs of different versions merge, "
+                  "only when they are tied to no catalog");
   add_key_file_option(*app, options->key_file, "open keyed (hash protocol 2) parts");
   add_threads_option(*app, options->threads);
   return {app, [options] { return run_merge(*options); }};

@@ -185,6 +185,9 @@ nlohmann::ordered_json filter_json(const Filter& filter) {
   json["key_fingerprint"] = filter.scheme().keyed()
                                 ? nlohmann::ordered_json(filter.scheme().key_fingerprint().hex())
                                 : nlohmann::ordered_json(nullptr);
+  json["content_fingerprint"] = filter.content_fingerprint()
+                                    ? nlohmann::ordered_json(filter.content_fingerprint()->hex())
+                                    : nlohmann::ordered_json(nullptr);
   return json;
 }
 
@@ -196,6 +199,8 @@ std::string filter_text(const Filter& filter) {
       << ", catalog id " << (filter.catalog_id().is_zero() ? "none" : filter.catalog_id().hex())
       << ", hash protocol " << filter.hash_protocol_version();
   if (filter.scheme().keyed()) out << " (key " << filter.scheme().key_fingerprint().hex() << ")";
+  out << ", content fingerprint "
+      << (filter.content_fingerprint() ? filter.content_fingerprint()->hex() : "none");
   return out.str();
 }
 
@@ -215,6 +220,9 @@ nlohmann::ordered_json set_json(const FilterSet& set) {
   json["key_fingerprint"] = set.scheme().keyed()
                                 ? nlohmann::ordered_json(set.scheme().key_fingerprint().hex())
                                 : nlohmann::ordered_json(nullptr);
+  json["content_fingerprint"] = set.content_fingerprint()
+                                    ? nlohmann::ordered_json(set.content_fingerprint()->hex())
+                                    : nlohmann::ordered_json(nullptr);
   json["shard_count"] = set.shard_count();
   json["shard_expected_item_count"] = set.shard_expected_item_count();
   json["shard_bit_count"] = set.shard_bit_count();
@@ -232,6 +240,8 @@ std::string set_text(const FilterSet& set) {
       << (set.catalog_id().is_zero() ? "none" : set.catalog_id().hex()) << ", hash protocol "
       << set.hash_protocol_version();
   if (set.scheme().keyed()) out << " (key " << set.scheme().key_fingerprint().hex() << ")";
+  out << ", content fingerprint "
+      << (set.content_fingerprint() ? set.content_fingerprint()->hex() : "none");
   return out.str();
 }
 

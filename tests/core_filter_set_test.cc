@@ -560,9 +560,9 @@ TEST_F(FilterSetFiles, ManifestCorruptOrTruncated) {
   put(bytes + "x");
   expect_load_error(ErrorCode::kSetManifestInvalid, "more than the manifest header promises");
   std::string version = bytes;
-  version[4] = 2;
+  version[4] = 3;
   put(version);
-  expect_load_error(ErrorCode::kSetManifestUnsupportedFormat, "format version 2");
+  expect_load_error(ErrorCode::kSetManifestUnsupportedFormat, "format version 3");
   // Not a manifest at all: read as a snapshot.
   put(std::string(200, 'z'));
   auto loaded = load_filter_set(manifest());
@@ -614,6 +614,101 @@ TEST_F(FilterSetFiles, ManifestFieldsBreakingARuleAreNamed) {
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(encode_set_manifest(*again), encode_set_manifest(manifest_));
   ASSERT_TRUE(load_filter_set(manifest()).has_value());
+}
+
+// The bytes of `v2` (a version-2 manifest) as the version-1 manifest of
+// the same set: no flags, no body fingerprint, checksums recomputed.
+std::string as_version_1(const std::string& v2) {
+  std::string v1 = v2.substr(0, kSetManifestHeaderSize) + v2.substr(kSetManifestHeaderSize + 16);
+  const auto store = [&](std::size_t offset, auto value) {
+    std::memcpy(v1.data() + offset, &value, sizeof value);
+  };
+  store(4, std::uint32_t{1});
+  store(68, std::uint32_t{0});
+  const std::uint64_t body = v1.size() - kSetManifestHeaderSize;
+  store(104, body);
+  store(112, std::uint64_t{XXH3_64bits(v1.data() + kSetManifestHeaderSize, body)});
+  store(72, std::uint64_t{0});
+  store(72, std::uint64_t{XXH3_64bits(v1.data(), kSetManifestHeaderSize)});
+  return v1;
+}
+
+TEST_F(FilterSetFiles, TheManifestCarriesTheSumOfTheShardsFingerprints) {
+  ASSERT_TRUE(set_.content_fingerprint().has_value());
+  EXPECT_EQ(set_.content_fingerprint(), ContentFingerprint::of(members_));
+  EXPECT_EQ(manifest_.format_version, 2u);
+  EXPECT_EQ(manifest_.content_fingerprint(), set_.content_fingerprint());
+  auto loaded = load_filter_set(manifest());
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
+  EXPECT_EQ(loaded->content_fingerprint(), set_.content_fingerprint());
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(loaded->shard(i).content_fingerprint(),
+              ContentFingerprint::of(digests_of_shard(members_, 3, i)));
+  }
+}
+
+TEST_F(FilterSetFiles, AManifestFingerprintThatIsNotTheShardsSumIsRefused) {
+  SetManifest m = manifest_;
+  m.content_fingerprint_bytes += ContentFingerprint::of(test::member_digest(1));
+  write_manifest(m);
+  expect_load_error(ErrorCode::kSetShardMismatch, "contentFingerprint");
+  m = manifest_;
+  m.content_flags = 0;
+  m.content_fingerprint_bytes = {};
+  write_manifest(m);
+  expect_load_error(ErrorCode::kSetShardMismatch, "the manifest says none");
+  // The flag rules of the manifest itself.
+  write_manifest(manifest_);
+  std::string bytes = test::read_file(manifest());
+  const auto put = [&](std::string contents) {
+    std::uint64_t checksum = XXH3_64bits(contents.data() + kSetManifestHeaderSize,
+                                         contents.size() - kSetManifestHeaderSize);
+    std::memcpy(contents.data() + 112, &checksum, 8);
+    std::memset(contents.data() + 72, 0, 8);
+    checksum = XXH3_64bits(contents.data(), kSetManifestHeaderSize);
+    std::memcpy(contents.data() + 72, &checksum, 8);
+    std::ofstream(manifest(), std::ios::binary | std::ios::trunc) << contents;
+  };
+  std::string flags = bytes;
+  flags[68] = 3;
+  put(flags);
+  expect_load_error(ErrorCode::kSetManifestInvalid, "content flags");
+  std::string unflagged = bytes;
+  unflagged[68] = 0;
+  put(unflagged);
+  expect_load_error(ErrorCode::kSetManifestInvalid, "content fingerprint");
+  // Version 1 (no fingerprint of its own) still loads; the set's
+  // fingerprint is then the sum of its shards'.
+  put(as_version_1(bytes));
+  auto v1 = read_set_manifest(manifest());
+  ASSERT_TRUE(v1.has_value()) << v1.error().describe();
+  EXPECT_EQ(v1->format_version, 1u);
+  EXPECT_FALSE(v1->content_fingerprint().has_value());
+  auto loaded = load_filter_set(manifest());
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
+  EXPECT_EQ(loaded->content_fingerprint(), set_.content_fingerprint());
+}
+
+// The plausibility rule holds for every shard: a shard's payload zeroed
+// with its checksums recomputed (and the manifest entry to match) is
+// refused, naming the shard.
+TEST_F(FilterSetFiles, AShardWithAnImplausibleFillIsRefused) {
+  std::string shard = test::read_file(shard_file(1));
+  std::fill(shard.begin() + kSnapshotHeaderSize, shard.end(), '\0');
+  std::uint64_t checksum =
+      XXH3_64bits(shard.data() + kSnapshotHeaderSize, shard.size() - kSnapshotHeaderSize);
+  std::memcpy(shard.data() + 64, &checksum, 8);
+  std::memset(shard.data() + 72, 0, 8);
+  const std::uint64_t header = XXH3_64bits(shard.data(), kSnapshotHeaderSize);
+  std::memcpy(shard.data() + 72, &header, 8);
+  fs::remove(shard_file(1));
+  std::ofstream(shard_file(1), std::ios::binary) << shard;
+  SetManifest m = manifest_;
+  m.shards[1].payload_checksum = checksum;
+  m.shards[1].header_checksum = header;
+  write_manifest(m);
+  expect_load_error(ErrorCode::kSnapshotImplausibleFill, "shard 1 of 3");
+  EXPECT_TRUE(check_fill(set_, FillCheck::kDistinctInsertions).has_value());
 }
 
 TEST_F(FilterSetFiles, KeyedSetNeedsItsKeyBeforeAnyShardIsRead) {

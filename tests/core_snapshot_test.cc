@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,20 @@ void put(std::vector<std::uint8_t>& bytes, std::size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof(T));
 }
 
+// `bytes` (a version-2 golden file) with the content fingerprint of the
+// member-1000 vector in its header, flagged present, resealed.
+std::vector<std::uint8_t> with_member_1000_fingerprint(std::vector<std::uint8_t> bytes) {
+  const auto fingerprint =
+      ContentFingerprint::parse_hex(test::fingerprint_vector("member-1000").fingerprint_hex);
+  EXPECT_TRUE(fingerprint.has_value());
+  if (!fingerprint) return bytes;
+  const auto stored = fingerprint->bytes();
+  std::memcpy(bytes.data() + 104, stored.data(), stored.size());
+  put<std::uint32_t>(bytes, 120, 1);
+  reseal_header(bytes);
+  return bytes;
+}
+
 // A folder of this test's own, removed when the test ends.
 class SnapshotFiles : public ::testing::Test {
  protected:
@@ -83,6 +98,11 @@ class SnapshotFiles : public ::testing::Test {
   fs::path file(const std::string& name) const { return dir_ / name; }
   fs::path dir_;
 };
+
+std::vector<std::uint8_t> file_bytes_at(const fs::path& path) {
+  const std::string text = test::read_file(path);
+  return {text.begin(), text.end()};
+}
 
 void write_file(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -189,14 +209,19 @@ TEST(Snapshot, OurBuildsSerializeToTheGoldenBytes) {
       build_filter(test::member_digests(1000), spec,
                    BuildOptions{.catalog_version = 42, .catalog_id = golden_catalog_id()});
   ASSERT_TRUE(unkeyed.has_value());
-  EXPECT_EQ(serialize_snapshot(*unkeyed), golden_v2_bytes());
+  // The golden files predate the content fingerprint (bytes 104..124 zero):
+  // a build writes the same bytes with the fingerprint of its 1,000 members
+  // (vectors/fingerprint.tsv, from an independent implementation) and
+  // contentFlags bit 0 there.
+  EXPECT_EQ(serialize_snapshot(*unkeyed), with_member_1000_fingerprint(golden_v2_bytes()));
   for (const Backend backend : {Backend::kScalar, Backend::kSimd}) {
     auto keyed = build_filter(
         test::member_digests(1000), spec,
         BuildOptions{.catalog_version = 42, .catalog_id = golden_catalog_id(), .key = golden_key()},
         backend);
     ASSERT_TRUE(keyed.has_value());
-    EXPECT_EQ(serialize_snapshot(*keyed), golden_keyed_bytes()) << backend.name();
+    EXPECT_EQ(serialize_snapshot(*keyed), with_member_1000_fingerprint(golden_keyed_bytes()))
+        << backend.name();
   }
 }
 
@@ -232,6 +257,117 @@ TEST_F(SnapshotFiles, SaveAndLoadRoundTrip) {
   EXPECT_EQ(header->catalog_version, 77u);
   EXPECT_EQ(header->inserted_item_count, 5000u);
   fs::remove(path);
+}
+
+TEST(Snapshot, TheGoldenFilesCarryNoContentFingerprint) {
+  for (const auto& bytes : {golden_bytes(), golden_v2_bytes()}) {
+    auto filter = parse_snapshot(bytes);
+    ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+    EXPECT_FALSE(filter->content_fingerprint().has_value());
+    auto header = parse_snapshot_header(bytes);
+    ASSERT_TRUE(header.has_value());
+    EXPECT_FALSE(header->content_fingerprint().has_value());
+    // Saved again, it still says it does not know.
+    EXPECT_FALSE(parse_snapshot(serialize_snapshot(*filter))->content_fingerprint().has_value());
+  }
+}
+
+TEST_F(SnapshotFiles, TheContentFingerprintSurvivesSaveLoadAndMap) {
+  const auto vector = test::fingerprint_vector("member-1000");
+  auto filter = build_filter(vector.digests, {2000, 0.001}, BuildOptions{.catalog_version = 5});
+  ASSERT_TRUE(filter.has_value());
+  ASSERT_TRUE(filter->content_fingerprint().has_value());
+  EXPECT_EQ(filter->content_fingerprint()->hex(), vector.fingerprint_hex);
+  const Filter copy = *filter;  // copies share it
+  EXPECT_EQ(copy.content_fingerprint(), filter->content_fingerprint());
+  const fs::path path = file("fingerprinted.abf");
+  ASSERT_TRUE(save_snapshot(*filter, path).has_value());
+  const auto bytes = file_bytes_at(path);
+  std::uint32_t flags = 0;
+  std::memcpy(&flags, bytes.data() + 120, 4);
+  EXPECT_EQ(flags, 1u);
+  EXPECT_EQ(ContentFingerprint::from_bytes(std::span<const std::uint8_t, 16>(bytes.data() + 104, 16))
+                .hex(),
+            vector.fingerprint_hex);
+  for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+    auto loaded = load_snapshot(path, mode);
+    ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
+    EXPECT_EQ(loaded->content_fingerprint(), filter->content_fingerprint());
+  }
+  auto header = read_snapshot_header(path);
+  ASSERT_TRUE(header.has_value()) << header.error().describe();
+  EXPECT_EQ(header->content_fingerprint(), filter->content_fingerprint());
+  EXPECT_EQ(snapshot_header(*filter).content_fingerprint(), filter->content_fingerprint());
+}
+
+// Issue 22, item 3: a payload zeroed with both checksums recomputed (2,000
+// insertions, 0 bits set) must not load, by any path.
+TEST_F(SnapshotFiles, AZeroedPayloadWithRecomputedChecksumsIsRefused) {
+  auto filter = build_filter(test::member_digests(2000), {2000, 0.01}, BuildOptions{});
+  ASSERT_TRUE(filter.has_value());
+  auto bytes = serialize_snapshot(*filter);
+  std::fill(bytes.begin() + 128, bytes.end(), 0);
+  put<std::uint64_t>(bytes, 64, XXH3_64bits(bytes.data() + 128, bytes.size() - 128));
+  reseal_header(bytes);
+  ASSERT_TRUE(parse_snapshot_header(bytes).has_value()) << "the header itself is valid";
+  auto parsed = parse_snapshot(bytes);
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_EQ(parsed.error().code, ErrorCode::kSnapshotImplausibleFill);
+  EXPECT_NE(parsed.error().message.find("2000 insertions set 0 of"), std::string::npos)
+      << parsed.error().message;
+  const fs::path path = file("zeroed.abf");
+  write_file(path, bytes);
+  for (const LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+    auto loaded = load_snapshot(path, mode);
+    ASSERT_FALSE(loaded.has_value());
+    EXPECT_EQ(loaded.error().code, ErrorCode::kSnapshotImplausibleFill);
+  }
+  auto header = read_snapshot_header(path);
+  ASSERT_FALSE(header.has_value());
+  EXPECT_EQ(header.error().code, ErrorCode::kSnapshotImplausibleFill);
+}
+
+// Issue 22, item 3: k, n and p changed together so that the layout rule
+// still holds. 2,000 distinct digests built at n = 4,000, p = 0.01 (m =
+// 38,400, k = 7); the header then claims n = 2,000 and a p whose layout is
+// the same m with a larger k, so most members would answer Definitely Not.
+// Such a file passes every rule a loader can check without knowing the
+// insertions were distinct; check_fill with kDistinctInsertions refuses it.
+TEST(Snapshot, ForgedHashCountFailsTheDistinctInsertionsCheck) {
+  const auto members = test::member_digests(2000);
+  auto filter = build_filter(members, {4000, 0.01}, BuildOptions{});
+  ASSERT_TRUE(filter.has_value());
+  ASSERT_TRUE(check_fill(*filter, FillCheck::kDistinctInsertions).has_value());
+  // Search (n', p') with n' >= 2,000 and the same m but k' > k.
+  std::optional<std::pair<BloomSpec, Layout>> forged;
+  for (std::uint64_t n = 2000; n <= 4000 && !forged; n += 25) {
+    for (int e = 40; e < 240 && !forged; ++e) {
+      const double p = std::pow(10.0, -e / 40.0);
+      auto layout = choose_layout({n, p});
+      if (layout && layout->bit_count == filter->bit_count() &&
+          layout->hash_count > filter->hash_count() + 3) {
+        forged = {{n, p}, *layout};
+      }
+    }
+  }
+  ASSERT_TRUE(forged.has_value()) << "no (n, p) gives m = " << filter->bit_count() << " with a larger k";
+  auto bytes = serialize_snapshot(*filter);
+  put<std::uint32_t>(bytes, 12, forged->second.hash_count);
+  put<std::uint64_t>(bytes, 32, forged->first.expected_item_count);
+  put<double>(bytes, 48, forged->first.target_fpp);
+  reseal_header(bytes);
+  auto loaded = parse_snapshot(bytes);
+  ASSERT_TRUE(loaded.has_value()) << "every rule short of distinctness holds: "
+                                  << loaded.error().describe();
+  std::size_t missing = 0;
+  for (const Digest& member : members) missing += loaded->might_contain(member) ? 0 : 1;
+  EXPECT_GT(missing, 1000u) << "the forgery is what the issue describes";
+  auto checked = check_fill(*loaded, FillCheck::kDistinctInsertions, "forged.abf");
+  ASSERT_FALSE(checked.has_value());
+  EXPECT_EQ(checked.error().code, ErrorCode::kSnapshotImplausibleFill);
+  EXPECT_NE(checked.error().message.find("forged.abf: 2000 insertions set"), std::string::npos)
+      << checked.error().message;
+  EXPECT_TRUE(check_fill(*loaded, FillCheck::kAnyInsertions).has_value());
 }
 
 TEST_F(SnapshotFiles, SaveIntoAMissingDirectoryFailsAndCreatesNothing) {
@@ -372,6 +508,33 @@ const Corruption kCorruptions[] = {
        reseal_header(b);
      },
      ErrorCode::kSnapshotPayloadChecksum},
+    // Issue 22: checksums that hold over a payload no build writes.
+    {"payload zeroed, checksums recomputed (1,000 insertions, 0 bits)",
+     [](auto& b) {
+       std::fill(b.begin() + 128, b.end(), 0);
+       const std::uint64_t checksum = XXH3_64bits(b.data() + 128, b.size() - 128);
+       put<std::uint64_t>(b, 64, checksum);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotImplausibleFill},
+    {"inserted item count 0 over a filled payload",
+     [](auto& b) {
+       put<std::uint64_t>(b, 40, 0);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotImplausibleFill},
+    {"inserted item count 100 over 1,000 insertions' bits (more than 7 x 100)",
+     [](auto& b) {
+       put<std::uint64_t>(b, 40, 100);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotImplausibleFill},
+    {"inserted item count 720: 5,003 bits is below 7 x 720 but far above the model's 3,922",
+     [](auto& b) {
+       put<std::uint64_t>(b, 40, 720);
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotImplausibleFill},
 };
 
 // Version 2's own rules, applied to the version-2 golden file (protocol 1).
@@ -409,9 +572,34 @@ const Corruption kVersion2Corruptions[] = {
        reseal_header(b);
      },
      ErrorCode::kSnapshotLayoutMismatch},
-    {"first reserved byte set",
+    {"a content fingerprint byte without its flag",
      [](auto& b) {
        b[104] = 1;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotBadContentFingerprint},
+    {"the last content fingerprint byte without its flag",
+     [](auto& b) {
+       b[119] = 0x80;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotBadContentFingerprint},
+    {"content flags bit 1",
+     [](auto& b) {
+       b[120] = 2;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotBadContentFingerprint},
+    {"content flags bit 31, fingerprint flagged",
+     [](auto& b) {
+       b[120] = 1;
+       b[123] = 0x80;
+       reseal_header(b);
+     },
+     ErrorCode::kSnapshotBadContentFingerprint},
+    {"first reserved byte set",
+     [](auto& b) {
+       b[124] = 1;
        reseal_header(b);
      },
      ErrorCode::kSnapshotReservedNotZero},

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "abf/probe.hpp"
+
 namespace abf::test {
 
 namespace {
@@ -79,6 +81,48 @@ std::vector<Digest> member_digests(std::uint64_t count) {
   digests.reserve(count);
   for (std::uint64_t i = 0; i < count; ++i) digests.push_back(member_digest(i));
   return digests;
+}
+
+std::vector<FingerprintVector> fingerprint_vectors() {
+  std::vector<FingerprintVector> vectors;
+  for (const auto& row : read_tsv("vectors/fingerprint.tsv")) {
+    if (row.at(0) != "set") continue;
+    std::istringstream selector(row.at(2));
+    std::string word;
+    std::uint64_t begin = 0, end = 0, shards = 1, shard = 0, times = 1;
+    while (selector >> word) {
+      if (word == "members") {
+        selector >> begin >> end;
+      } else if (word == "shard") {
+        selector >> shards >> shard;
+      } else if (word == "times") {
+        selector >> times;
+      } else {
+        ADD_FAILURE() << "fingerprint.tsv: unknown selector word " << word;
+      }
+    }
+    FingerprintVector vector{row.at(1), {}, row.at(4)};
+    for (std::uint64_t t = 0; t < times; ++t) {
+      for (std::uint64_t i = begin; i < end; ++i) {
+        const Digest digest = member_digest(i);
+        if (probe::shard_of(digest.bytes.data(), static_cast<std::uint32_t>(shards)) == shard) {
+          vector.digests.push_back(digest);
+        }
+      }
+    }
+    EXPECT_EQ(vector.digests.size(), std::stoull(row.at(3))) << row.at(1);
+    vectors.push_back(std::move(vector));
+  }
+  EXPECT_FALSE(vectors.empty()) << "fingerprint.tsv has no set rows";
+  return vectors;
+}
+
+FingerprintVector fingerprint_vector(std::string_view name) {
+  for (auto& vector : fingerprint_vectors()) {
+    if (vector.name == name) return vector;
+  }
+  ADD_FAILURE() << "fingerprint.tsv has no set " << name;
+  return {};
 }
 
 std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed) {

@@ -56,6 +56,17 @@ VectorKey other_key();
 // vectors/v2/member-1000-v2.abf).
 CatalogId golden_catalog_id();
 
+// A set row of vectors/fingerprint.tsv (written by scripts/fingerprint-vectors).
+struct FingerprintVector {
+  std::string name;
+  std::vector<Digest> digests;  // the multiset its selector names
+  std::string fingerprint_hex;  // the expected ContentFingerprint::hex()
+};
+// Every set row, its selector expanded ("members A B [shard S I] [times T]").
+std::vector<FingerprintVector> fingerprint_vectors();
+// The row named `name`; a test failure (and an empty row) if there is none.
+FingerprintVector fingerprint_vector(std::string_view name);
+
 // A new, empty folder in the temporary directory, named `prefix-XXXXXX`
 // (mkdtemp: unique, so tests run in parallel). The caller removes it.
 std::filesystem::path make_temp_dir(std::string_view prefix);

@@ -40,6 +40,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "snapshot_layout_mismatch";
     case ErrorCode::kSnapshotBadPayloadLength:
       return "snapshot_bad_payload_length";
+    case ErrorCode::kSnapshotBadContentFingerprint:
+      return "snapshot_bad_content_fingerprint";
     case ErrorCode::kSnapshotReservedNotZero:
       return "snapshot_reserved_not_zero";
     case ErrorCode::kSnapshotPayloadTruncated:
@@ -48,6 +50,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "snapshot_trailing_bytes";
     case ErrorCode::kSnapshotPayloadChecksum:
       return "snapshot_payload_checksum";
+    case ErrorCode::kSnapshotImplausibleFill:
+      return "snapshot_implausible_fill";
     case ErrorCode::kKeyRequired:
       return "key_required";
     case ErrorCode::kKeyMismatch:

@@ -99,6 +99,13 @@ double Filter::estimate_false_positive_rate() const noexcept {
   return modeled_false_positive_rate(info_.layout(), info_.inserted_item_count);
 }
 
+Result<void> check_fill(const Filter& filter, FillCheck check, const std::string& where) {
+  const auto fault = describe_fill_fault(filter.info().layout(), filter.inserted_item_count(),
+                                         filter.popcount(), check);
+  if (fault.empty()) return {};
+  return fail(ErrorCode::kSnapshotImplausibleFill, (where.empty() ? "filter" : where) + ": " + fault);
+}
+
 std::span<const std::uint8_t> Filter::payload() const noexcept {
   static_assert(std::endian::native == std::endian::little,
                 "the payload is the words' little-endian bytes; big-endian hosts need a swap");
@@ -111,7 +118,9 @@ Result<FilterBuilder> FilterBuilder::create(const BloomSpec& spec, const BuildOp
   auto scheme = Scheme::make(*layout, options.key);
   if (!scheme) return std::unexpected(scheme.error());
   const std::size_t word_count = layout->bit_count / 64;
-  FilterInfo info{spec, *scheme, 0, options.catalog_version, options.catalog_id};
+  // The empty multiset's fingerprint; add() sums each chunk's into it.
+  FilterInfo info{spec, *scheme, 0, options.catalog_version, options.catalog_id,
+                  ContentFingerprint{}};
   return FilterBuilder(info, allocate_words(word_count), word_count);
 }
 
@@ -160,6 +169,7 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
     if (auto again = (*fallback_lane)->insert(digests); !again) return again;
   }
   info_.inserted_item_count += digests.size();
+  *info_.content_fingerprint += detail::content_fingerprint_of(digests);
   return {};
 }
 

@@ -249,8 +249,23 @@ struct FilterSet::State {
   std::vector<Filter> shards;
   std::uint64_t expected_item_count = 0;
   std::uint64_t inserted_item_count = 0;
+  // The sum of the shards' fingerprints when every shard has one.
+  std::optional<ContentFingerprint> content_fingerprint;
   detail::ShardRouter route{1};
 };
+
+namespace {
+
+std::optional<ContentFingerprint> sum_of_fingerprints(std::span<const Filter> filters) {
+  ContentFingerprint sum;
+  for (const Filter& filter : filters) {
+    if (!filter.content_fingerprint()) return std::nullopt;
+    sum += *filter.content_fingerprint();
+  }
+  return sum;
+}
+
+}  // namespace
 
 FilterSet::FilterSet(std::shared_ptr<const State> state) : state_(std::move(state)) {}
 
@@ -258,6 +273,7 @@ FilterSet::FilterSet(Filter filter) {
   auto state = std::make_shared<State>();
   state->expected_item_count = filter.expected_item_count();
   state->inserted_item_count = filter.inserted_item_count();
+  state->content_fingerprint = filter.content_fingerprint();
   state->shards.push_back(std::move(filter));
   state_ = std::move(state);
 }
@@ -326,6 +342,7 @@ Result<FilterSet> FilterSet::from_shards(std::vector<Filter> shards,
   state->shards = std::move(shards);
   state->expected_item_count = expected_item_count;
   state->inserted_item_count = inserted;
+  state->content_fingerprint = sum_of_fingerprints(state->shards);
   state->route = detail::ShardRouter(shard_count);
   return FilterSet(std::shared_ptr<const State>(std::move(state)));
 }
@@ -351,6 +368,9 @@ std::uint64_t FilterSet::shard_expected_item_count() const noexcept {
 double FilterSet::target_fpp() const noexcept { return state_->shards.front().target_fpp(); }
 std::uint64_t FilterSet::inserted_item_count() const noexcept {
   return state_->inserted_item_count;
+}
+const std::optional<ContentFingerprint>& FilterSet::content_fingerprint() const noexcept {
+  return state_->content_fingerprint;
 }
 std::uint64_t FilterSet::catalog_version() const noexcept {
   return state_->shards.front().catalog_version();
@@ -724,6 +744,18 @@ Result<FilterSet> build_filter_set(std::span<const Digest> digests, const BloomS
   if (!builder) return std::unexpected(builder.error());
   if (auto added = builder->add(digests, backend); !added) return std::unexpected(added.error());
   return std::move(*builder).finish();
+}
+
+Result<void> check_fill(const FilterSet& set, FillCheck check, const std::string& where) {
+  const std::string prefix = where.empty() ? "filter set" : where;
+  for (std::uint32_t i = 0; i < set.shard_count(); ++i) {
+    const std::string name = set.shard_count() == 1
+                                 ? prefix
+                                 : prefix + ": shard " + std::to_string(i) + " of " +
+                                       std::to_string(set.shard_count());
+    if (auto ok = check_fill(set.shard(i), check, name); !ok) return ok;
+  }
+  return {};
 }
 
 // --- Merge -----------------------------------------------------------------------

@@ -40,10 +40,14 @@ constexpr char kManifestMagic[4] = {'A', 'B', 'F', 'S'};
 constexpr std::size_t kHeaderChecksumOffset = 72;
 constexpr std::size_t kCatalogIdOffset = 80;
 constexpr std::size_t kKeyFingerprintOffset = 96;
+// Version 2: contentFlags in what version 1 reserves, the set's content
+// fingerprint in the first 16 bytes of the body.
+constexpr std::size_t kContentFlagsOffset = 68;
+constexpr std::size_t kBodyFingerprintSize = 16;
 constexpr std::size_t kMaxNameLength = 255;  // NAME_MAX
 // The largest manifest: every shard with the longest name.
 constexpr std::uint64_t kMaxBodyLength =
-    std::uint64_t{kMaxShardCount} * (kSetManifestEntrySize + kMaxNameLength);
+    kBodyFingerprintSize + std::uint64_t{kMaxShardCount} * (kSetManifestEntrySize + kMaxNameLength);
 constexpr std::uint64_t kMaxManifestBytes = kSetManifestHeaderSize + kMaxBodyLength;
 // ".<16 hex>.<5 digits>.abf" after the manifest's name.
 constexpr std::size_t kShardSuffixLength = 1 + 16 + 1 + 5 + 4;
@@ -211,7 +215,7 @@ std::vector<std::uint8_t> encode_set_manifest(const SetManifest& manifest) {
   const std::size_t shard_count = manifest.shards.size();
   std::size_t names = 0;
   for (const auto& entry : manifest.shards) names += entry.file.size();
-  const std::size_t body = shard_count * kSetManifestEntrySize + names;
+  const std::size_t body = kBodyFingerprintSize + shard_count * kSetManifestEntrySize + names;
   std::vector<std::uint8_t> bytes(kSetManifestHeaderSize + body, 0);
   std::uint8_t* p = bytes.data();
   std::memcpy(p, kManifestMagic, 4);
@@ -225,11 +229,16 @@ std::vector<std::uint8_t> encode_set_manifest(const SetManifest& manifest) {
   store_le<std::uint64_t>(p + 48, manifest.shard_expected_item_count);
   store_le<std::uint64_t>(p + 56, manifest.shard_bit_count);
   store_le<std::uint32_t>(p + 64, manifest.shard_hash_count);
+  if (const auto fingerprint = manifest.content_fingerprint()) {
+    store_le<std::uint32_t>(p + kContentFlagsOffset, kContentFlagFingerprint);
+    const auto stored = fingerprint->bytes();
+    std::memcpy(p + kSetManifestHeaderSize, stored.data(), stored.size());
+  }
   std::memcpy(p + kCatalogIdOffset, manifest.catalog_id.bytes.data(), 16);
   std::memcpy(p + kKeyFingerprintOffset, manifest.key_fingerprint.bytes.data(), 8);
   store_le<std::uint64_t>(p + 104, body);
   store_le<std::uint64_t>(p + 120, manifest.build_id);
-  std::uint8_t* entry = p + kSetManifestHeaderSize;
+  std::uint8_t* entry = p + kSetManifestHeaderSize + kBodyFingerprintSize;
   std::uint8_t* name = entry + shard_count * kSetManifestEntrySize;
   for (const auto& shard : manifest.shards) {
     store_le<std::uint64_t>(entry, shard.inserted_item_count);
@@ -265,10 +274,10 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
   }
   SetManifest m;
   m.format_version = load_le<std::uint32_t>(p + 4);
-  if (m.format_version != kSetManifestFormatVersion) {
+  if (m.format_version != 1 && m.format_version != 2) {
     return error(ErrorCode::kSetManifestUnsupportedFormat,
                  "manifest format version " + std::to_string(m.format_version) +
-                     " is not supported (this build reads version 1)");
+                     " is not supported (this build reads versions 1 and 2)");
   }
   m.header_checksum = load_le<std::uint64_t>(p + kHeaderChecksumOffset);
   if (const auto actual = header_checksum(p); actual != m.header_checksum) {
@@ -292,9 +301,9 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
                    std::to_string(size - expected_size) +
                    " more than the manifest header promises");
   }
-  const std::uint8_t* body = p + kSetManifestHeaderSize;
+  const std::uint8_t* body_start = p + kSetManifestHeaderSize;
   m.body_checksum = load_le<std::uint64_t>(p + 112);
-  if (const auto actual = xxh3(body, body_length); actual != m.body_checksum) {
+  if (const auto actual = xxh3(body_start, body_length); actual != m.body_checksum) {
     return error(ErrorCode::kSetManifestChecksum, "manifest body checksum mismatch (stored " +
                                                       hex64(m.body_checksum) + ", computed " +
                                                       hex64(actual) + ")");
@@ -352,14 +361,37 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
     return invalid("inserted item count " + std::to_string(m.inserted_item_count) +
                    " exceeds the expected item count " + std::to_string(m.expected_item_count));
   }
-  if (load_le<std::uint32_t>(p + 68) != 0)
-    return invalid("reserved header bytes 68..72 are not zero");
-  if (body_length < std::uint64_t{shard_count} * kSetManifestEntrySize) {
+  // Version 1 reserves bytes 68..72; version 2 keeps contentFlags there and
+  // the fingerprint in the body's first 16 bytes.
+  const std::uint64_t prefix = m.format_version == 2 ? kBodyFingerprintSize : 0;
+  if (m.format_version == 1) {
+    if (load_le<std::uint32_t>(p + kContentFlagsOffset) != 0)
+      return invalid("reserved header bytes 68..72 are not zero");
+  } else {
+    m.content_flags = load_le<std::uint32_t>(p + kContentFlagsOffset);
+    if ((m.content_flags & ~kContentFlagFingerprint) != 0) {
+      return invalid("content flags " + hex64(m.content_flags) +
+                     " have a bit set besides bit 0 (fingerprint present)");
+    }
+    if (body_length < prefix) {
+      return invalid("body of " + std::to_string(body_length) +
+                     " bytes cannot hold the 16-byte content fingerprint");
+    }
+    m.content_fingerprint_bytes = ContentFingerprint::from_bytes(
+        std::span<const std::uint8_t, 16>(body_start, kBodyFingerprintSize));
+    if ((m.content_flags & kContentFlagFingerprint) == 0 &&
+        m.content_fingerprint_bytes != ContentFingerprint{}) {
+      return invalid("content fingerprint " + m.content_fingerprint_bytes.hex() +
+                     " is stored but content flags bit 0 (fingerprint present) is clear");
+    }
+  }
+  const std::uint8_t* body = body_start + prefix;
+  if (body_length - prefix < std::uint64_t{shard_count} * kSetManifestEntrySize) {
     return invalid("body of " + std::to_string(body_length) + " bytes cannot hold " +
                    std::to_string(shard_count) + " shard entries of 32 bytes");
   }
   const std::uint64_t names_length =
-      body_length - std::uint64_t{shard_count} * kSetManifestEntrySize;
+      body_length - prefix - std::uint64_t{shard_count} * kSetManifestEntrySize;
   const std::uint8_t* names = body + std::size_t{shard_count} * kSetManifestEntrySize;
   std::uint64_t name_offset = 0;
   std::uint64_t inserted = 0;
@@ -489,6 +521,10 @@ Result<void> save_filter_set(const FilterSet& set, const std::filesystem::path& 
   manifest.shard_hash_count = set.hash_count();
   manifest.catalog_id = set.catalog_id();
   manifest.key_fingerprint = set.scheme().key_fingerprint();
+  if (const auto& fingerprint = set.content_fingerprint()) {
+    manifest.content_flags = kContentFlagFingerprint;
+    manifest.content_fingerprint_bytes = *fingerprint;
+  }
   manifest.build_id = *build_id;
 
   std::vector<std::filesystem::path> written;
@@ -615,6 +651,23 @@ Result<Filter> load_shard(const SetManifest& manifest, std::uint32_t index,
   return filter;
 }
 
+// A version-2 manifest's content fingerprint must be the sum of its
+// shards' (each bound to its entry by the shard's header checksum), and
+// present exactly when every shard has one.
+Result<void> check_set_fingerprint(const SetManifest& manifest, const FilterSet& set,
+                                   const std::string& where) {
+  if (manifest.format_version < 2) return {};
+  const auto& shards = set.content_fingerprint();
+  const auto said = manifest.content_fingerprint();
+  if (shards == said) return {};
+  const auto text = [](const std::optional<ContentFingerprint>& value) {
+    return value ? value->hex() : std::string("none");
+  };
+  return fail(ErrorCode::kSetShardMismatch,
+              where + ": contentFingerprint: the shards' fingerprints sum to " + text(shards) +
+                  (shards ? "" : " (a shard carries none)") + ", the manifest says " + text(said));
+}
+
 }  // namespace
 
 namespace detail {
@@ -663,6 +716,9 @@ Result<FilterSet> load_filter_set(const std::filesystem::path& path, const LoadO
     if (!failed) {
       auto set = FilterSet::from_shards(std::move(shards), manifest->expected_item_count);
       if (!set) return fail(set.error().code, where + ": " + set.error().message);
+      if (auto ok = check_set_fingerprint(*manifest, *set, where); !ok) {
+        return std::unexpected(ok.error());
+      }
       return set;
     }
     // A writer may have replaced the set (and removed these shards) while

@@ -3,7 +3,9 @@
 // lands on the same (m, k); layout.tsv pins 245 cases.
 #include "abf/layout.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -24,6 +26,52 @@ double modeled_false_positive_rate(const Layout& layout, std::uint64_t items) no
   const double k = layout.hash_count;
   return std::pow(
       -std::expm1(-k * static_cast<double>(items) / static_cast<double>(layout.bit_count)), k);
+}
+
+FillBounds plausible_fill(const Layout& layout, std::uint64_t inserted, FillCheck check) noexcept {
+  if (inserted == 0) return {};
+  const double m = static_cast<double>(layout.bit_count);
+  const double k = layout.hash_count;
+  // q = (1 - k/m)^N, the chance that a given bit stays clear.
+  const double q = std::exp(static_cast<double>(inserted) * std::log1p(-k / m));
+  const double expected = m * -std::expm1(static_cast<double>(inserted) * std::log1p(-k / m));
+  const double margin = 8.0 * std::sqrt(k * m * q * (1.0 - q)) + k;
+  const std::uint64_t k_bits = layout.hash_count;
+  // Hard limits: one insertion sets k distinct bits, N set at most k * N.
+  // inserted <= 2^30 in any valid filter; saturate beyond so k * N cannot wrap.
+  const std::uint64_t most = inserted >= layout.bit_count
+                                 ? layout.bit_count
+                                 : std::min<std::uint64_t>(layout.bit_count, inserted * k_bits);
+  FillBounds bounds{k_bits, most, expected};
+  const double upper = std::ceil(expected + margin);
+  if (upper < static_cast<double>(most)) bounds.high = static_cast<std::uint64_t>(upper);
+  if (check == FillCheck::kDistinctInsertions) {
+    const double lower = std::floor(expected - margin);
+    if (lower > static_cast<double>(bounds.low)) bounds.low = static_cast<std::uint64_t>(lower);
+  }
+  if (bounds.high < bounds.low) bounds.high = bounds.low;
+  return bounds;
+}
+
+std::string describe_fill_fault(const Layout& layout, std::uint64_t inserted,
+                                std::uint64_t popcount, FillCheck check) {
+  const std::string has = std::to_string(inserted) + " insertions set " +
+                          std::to_string(popcount) + " of " + std::to_string(layout.bit_count) +
+                          " bits (k = " + std::to_string(layout.hash_count) + ")";
+  if (inserted == 0) {
+    return popcount == 0 ? std::string() : has + "; an empty filter has no bit set";
+  }
+  const FillBounds bounds = plausible_fill(layout, inserted, check);
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "%.0f", bounds.expected);
+  if (popcount < bounds.low) {
+    return has + "; at least " + std::to_string(bounds.low) + " expected (model " + expected +
+           (check == FillCheck::kDistinctInsertions ? ", distinct insertions)" : ")");
+  }
+  if (popcount > bounds.high) {
+    return has + "; at most " + std::to_string(bounds.high) + " possible (model " + expected + ")";
+  }
+  return {};
 }
 
 Result<Layout> choose_layout(const BloomSpec& spec) {

@@ -48,7 +48,20 @@ std::string mismatch(const MergeOptions& options, const Filter& first, const Fil
   }
   if (!options.catalog_version && first.catalog_version() != other.catalog_version()) {
     return differs("catalogVersion", first.catalog_version(), other.catalog_version()) +
-           " (name the result's version to merge different versions)";
+           (first.catalog_id().is_zero()
+                ? " (name the result's version to merge different versions)"
+                : " (inputs bound to a catalog merge only at one version)");
+  }
+  // A catalog-bound input holds its catalog at its own version: labelling
+  // the result with another would make the digests added in between answer
+  // Definitely Not (issue 22). Only unbound inputs may be relabelled.
+  if (options.catalog_version && !other.catalog_id().is_zero() &&
+      other.catalog_version() != *options.catalog_version) {
+    return "catalogVersion " + std::to_string(*options.catalog_version) + " is not " +
+           label_of(options, index) + "'s: it has catalogVersion " +
+           std::to_string(other.catalog_version()) + " of catalog " + other.catalog_id().hex() +
+           ", and a merge of a catalog's snapshots keeps their version (only inputs with a zero "
+           "catalogId may be given another)";
   }
   if (first.bit_count() != other.bit_count()) {
     return differs("bitCount", first.bit_count(), other.bit_count());
@@ -98,6 +111,17 @@ Result<Filter> merge_filters(std::span<const Filter> filters, const MergeOptions
   FilterInfo info = first.info();
   info.inserted_item_count = inserted;
   info.catalog_version = options.catalog_version.value_or(first.catalog_version());
+  // The sum is the fingerprint of the multiset union, exact whatever the
+  // inputs overlap; an input that does not know its own leaves the result
+  // not knowing either.
+  info.content_fingerprint = ContentFingerprint{};
+  for (const Filter& filter : filters) {
+    if (!filter.content_fingerprint()) {
+      info.content_fingerprint.reset();
+      break;
+    }
+    *info.content_fingerprint += *filter.content_fingerprint();
+  }
   const std::size_t word_count = first.words().size();
   auto words = allocate_words(word_count);
   std::uint64_t* out = words.get();

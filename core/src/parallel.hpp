@@ -16,6 +16,7 @@
 
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
+#include "abf/fingerprint.hpp"
 
 namespace abf::detail {
 
@@ -85,6 +86,11 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, const prob
 
 void parallel_query(const ParallelOptions& options, QueryFn engine, const probe::FilterView& view,
                     const Digest* digests, std::size_t count, Answer* answers);
+
+// ContentFingerprint::of(digests), in blocks of 64 Ki digests spread over
+// the arena when there are several: the sum mod 2^128 does not depend on
+// how the blocks are added.
+ContentFingerprint content_fingerprint_of(std::span<const Digest> digests);
 
 // Threads a parallel loop here can use: the current arena's concurrency,
 // capped by tbb::global_control's max_allowed_parallelism (what `--threads`

@@ -34,9 +34,11 @@ constexpr char kMagic[4] = {'A', 'B', 'F', '1'};
 constexpr std::size_t kHeaderChecksumOffset = 72;
 constexpr std::size_t kCatalogIdOffset = 80;
 constexpr std::size_t kKeyFingerprintOffset = 96;
+constexpr std::size_t kContentFingerprintOffset = 104;
+constexpr std::size_t kContentFlagsOffset = 120;
 // Where the reserved (all zero) bytes start in each format version.
 constexpr std::size_t kReservedOffsetV1 = 80;
-constexpr std::size_t kReservedOffsetV2 = 104;
+constexpr std::size_t kReservedOffsetV2 = 124;
 
 template <class T>
 T load_le(const std::uint8_t* p) {
@@ -78,6 +80,9 @@ SnapshotHeader decode_fields(const std::uint8_t* bytes) {
     std::memcpy(h.catalog_id.bytes.data(), bytes + kCatalogIdOffset, h.catalog_id.bytes.size());
     std::memcpy(h.key_fingerprint.bytes.data(), bytes + kKeyFingerprintOffset,
                 h.key_fingerprint.bytes.size());
+    h.content_fingerprint_bytes = ContentFingerprint::from_bytes(
+        std::span<const std::uint8_t, 16>(bytes + kContentFingerprintOffset, 16));
+    h.content_flags = load_le<std::uint32_t>(bytes + kContentFlagsOffset);
   }
   return h;
 }
@@ -175,6 +180,19 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
                  "payload length " + std::to_string(h.payload_length) +
                      " is not bit count / 8 = " + std::to_string(h.bit_count / 8));
   }
+  if (h.format_version == 2) {
+    if ((h.content_flags & ~kContentFlagFingerprint) != 0) {
+      return error(ErrorCode::kSnapshotBadContentFingerprint,
+                   "content flags " + hex64(h.content_flags) +
+                       " have a bit set besides bit 0 (fingerprint present)");
+    }
+    if ((h.content_flags & kContentFlagFingerprint) == 0 &&
+        h.content_fingerprint_bytes != ContentFingerprint{}) {
+      return error(ErrorCode::kSnapshotBadContentFingerprint,
+                   "content fingerprint " + h.content_fingerprint_bytes.hex() +
+                       " is stored but content flags bit 0 (fingerprint present) is clear");
+    }
+  }
   for (std::size_t i = h.format_version == 1 ? kReservedOffsetV1 : kReservedOffsetV2;
        i < kSnapshotHeaderSize; ++i) {
     if (bytes[i] != 0) {
@@ -196,6 +214,24 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
   return h;
 }
 
+// The popcount rule (after the checksum: a payload that is what was written
+// can still be one no build of insertedItemCount digests writes).
+Result<void> check_popcount(const SnapshotHeader& h, std::uint64_t popcount,
+                            const std::string& where) {
+  const auto fault = describe_fill_fault(Layout{h.bit_count, h.hash_count}, h.inserted_item_count,
+                                         popcount, FillCheck::kAnyInsertions);
+  if (fault.empty()) return {};
+  return fail(ErrorCode::kSnapshotImplausibleFill, where + ": " + fault);
+}
+
+std::uint64_t popcount_of(const std::uint8_t* bytes, std::size_t size) {
+  std::uint64_t total = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= size; i += 8) total += std::popcount(load_le<std::uint64_t>(bytes + i));
+  for (; i < size; ++i) total += std::popcount(bytes[i]);
+  return total;
+}
+
 Result<void> check_payload(const SnapshotHeader& h, const std::uint8_t* payload,
                            const std::string& where) {
   if (const auto actual = xxh3({payload, h.payload_length}); actual != h.payload_checksum) {
@@ -203,7 +239,7 @@ Result<void> check_payload(const SnapshotHeader& h, const std::uint8_t* payload,
                 where + ": payload checksum mismatch (stored " + hex64(h.payload_checksum) +
                     ", computed " + hex64(actual) + ")");
   }
-  return {};
+  return check_popcount(h, popcount_of(payload, h.payload_length), where);
 }
 
 // The filter a validated header describes, opened with `key`.
@@ -213,7 +249,7 @@ Result<FilterInfo> info_of(const SnapshotHeader& h, const std::optional<Key>& ke
                              h.key_fingerprint, key, where);
   if (!scheme) return std::unexpected(scheme.error());
   return FilterInfo{BloomSpec{h.expected_item_count, h.target_fpp}, *scheme, h.inserted_item_count,
-                    h.catalog_version, h.catalog_id};
+                    h.catalog_version, h.catalog_id, h.content_fingerprint()};
 }
 
 class Fd {
@@ -267,6 +303,11 @@ std::vector<std::uint8_t> encode_snapshot_header(const Filter& filter) {
   store_le<std::uint64_t>(p + 64, xxh3(filter.payload()));
   std::memcpy(p + kCatalogIdOffset, filter.catalog_id().bytes.data(), 16);
   std::memcpy(p + kKeyFingerprintOffset, filter.scheme().key_fingerprint().bytes.data(), 8);
+  if (const auto& fingerprint = filter.content_fingerprint()) {
+    const auto stored = fingerprint->bytes();
+    std::memcpy(p + kContentFingerprintOffset, stored.data(), stored.size());
+    store_le<std::uint32_t>(p + kContentFlagsOffset, kContentFlagFingerprint);
+  }
   store_le<std::uint64_t>(p + kHeaderChecksumOffset, header_checksum(p, kSnapshotFormatVersion));
   return header;
 }
@@ -436,6 +477,7 @@ Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
     return fail(ErrorCode::kIo, where + ": out of memory for the payload checksum");
   }
   std::vector<std::uint8_t> piece(std::min<std::uint64_t>(h.payload_length, 1u << 20));
+  std::uint64_t popcount = 0;
   for (std::uint64_t done = 0; done < h.payload_length;) {
     const std::size_t size =
         static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), h.payload_length - done));
@@ -444,6 +486,7 @@ Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
       return std::unexpected(ok.error());
     }
     XXH3_64bits_update(state.get(), piece.data(), size);
+    popcount += popcount_of(piece.data(), size);
     done += size;
   }
   if (const auto actual = XXH3_64bits_digest(state.get()); actual != h.payload_checksum) {
@@ -451,6 +494,7 @@ Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
                 where + ": payload checksum mismatch (stored " + hex64(h.payload_checksum) +
                     ", computed " + hex64(actual) + ")");
   }
+  if (auto ok = check_popcount(h, popcount, where); !ok) return std::unexpected(ok.error());
   return file->header;
 }
 

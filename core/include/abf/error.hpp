@@ -34,10 +34,14 @@ enum class ErrorCode : std::uint8_t {
   kSnapshotBadTargetFpp,             // targetFpp not in (0, 1)
   kSnapshotLayoutMismatch,           // (bitCount, hashCount) is not section 3's layout for (n, p)
   kSnapshotBadPayloadLength,         // payloadLength != bitCount / 8
+  kSnapshotBadContentFingerprint,    // contentFlags has an unknown bit, or a fingerprint
+                                     // without its flag (version 2)
   kSnapshotReservedNotZero,          // reserved header bytes not all zero
   kSnapshotPayloadTruncated,         // file shorter than 128 + payloadLength
   kSnapshotTrailingBytes,            // file longer than 128 + payloadLength
   kSnapshotPayloadChecksum,          // payloadChecksum does not match payload
+  kSnapshotImplausibleFill,          // the payload's popcount cannot come from
+                                     // insertedItemCount insertions of k bits (check_fill)
   // Keys (section 4b).
   kKeyRequired,  // a protocol-2 filter was opened without its key
   kKeyMismatch,  // the key given is not the filter's (fingerprints differ), or a key was

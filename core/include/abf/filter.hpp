@@ -7,11 +7,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "abf/backend.hpp"
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/layout.hpp"
 #include "abf/probe.hpp"
 #include "abf/scheme.hpp"
@@ -30,6 +32,12 @@ struct FilterInfo {
   std::uint64_t inserted_item_count = 0;  // digests added, duplicates included
   std::uint64_t catalog_version = 0;
   CatalogId catalog_id{};  // the catalog the digests came from; zero: none named
+  // The content fingerprint (abf/fingerprint.hpp) of the digests inserted,
+  // duplicates counted as inserted: set by every build, kept by save and
+  // load (formatVersion 2 header bytes 104..124), summed by merges whose
+  // every input has one. Absent for a version-1 file, a version-2 file
+  // written before it existed, or a merge of an input without one.
+  std::optional<ContentFingerprint> content_fingerprint;
 
   Layout layout() const noexcept { return scheme.layout(); }
 };
@@ -73,6 +81,11 @@ class Filter {
   std::uint64_t inserted_item_count() const noexcept { return info_.inserted_item_count; }
   std::uint64_t catalog_version() const noexcept { return info_.catalog_version; }
   const CatalogId& catalog_id() const noexcept { return info_.catalog_id; }
+  // The fingerprint of the digests inserted (FilterInfo::content_fingerprint);
+  // nullopt when the filter does not know it.
+  const std::optional<ContentFingerprint>& content_fingerprint() const noexcept {
+    return info_.content_fingerprint;
+  }
 
   // Set bits / m. Near 0.5 for a filter filled to its design capacity.
   double fill_ratio() const noexcept;
@@ -104,6 +117,17 @@ class Filter {
   // backend's device copy) lives exactly as long as the filter.
   std::shared_ptr<detail::FilterAttachments> attachments_;
 };
+
+// Whether the filter's population count is one its insertedItemCount and k
+// can give (abf::plausible_fill in abf/layout.hpp): every load checks
+// kAnyInsertions; a caller that knows the insertions were distinct digests
+// (a snapshot bound to a catalog version holding insertedItemCount digests)
+// checks kDistinctInsertions, which also refuses a payload far emptier than
+// the model (a header whose k, n and p were changed together, a build from a
+// small part of the catalog). kSnapshotImplausibleFill, with the numbers,
+// naming `where` (a path) when given.
+Result<void> check_fill(const Filter& filter, FillCheck check = FillCheck::kAnyInsertions,
+                        const std::string& where = {});
 
 // Allocates `word_count` zeroed words, 64-byte aligned, huge-page advised
 // when large. Used by builders, loaders and backends alike.

@@ -125,6 +125,10 @@ class FilterSet {
   std::uint64_t shard_expected_item_count() const noexcept;  // n_i of every shard
   double target_fpp() const noexcept;
   std::uint64_t inserted_item_count() const noexcept;  // summed over the shards
+  // The sum of the shards' content fingerprints (the fingerprint of all the
+  // set's digests: the shards partition them), when every shard has one;
+  // nullopt otherwise.
+  const std::optional<ContentFingerprint>& content_fingerprint() const noexcept;
   std::uint64_t catalog_version() const noexcept;
   const CatalogId& catalog_id() const noexcept;
   // The shards' common scheme (every shard has the same layout and key).
@@ -193,6 +197,12 @@ class FilterSetBuilder {
   std::unique_ptr<State> state_;
 };
 
+// check_fill (abf/filter.hpp) of every shard, naming the first that fails
+// ("shard 2 of 3: ..."): a set's insertions are distinct exactly when each
+// shard's are.
+Result<void> check_fill(const FilterSet& set, FillCheck check = FillCheck::kAnyInsertions,
+                        const std::string& where = {});
+
 // A set from digests in memory: FilterSetBuilder::create, add, finish.
 Result<FilterSet> build_filter_set(std::span<const Digest> digests, const BloomSpec& spec,
                                    std::uint32_t shard_count, const BuildOptions& options = {},
@@ -209,7 +219,8 @@ Result<FilterSet> merge_filter_sets(std::span<const FilterSet> sets,
 
 inline constexpr std::size_t kSetManifestHeaderSize = 128;
 inline constexpr std::size_t kSetManifestEntrySize = 32;
-inline constexpr std::uint32_t kSetManifestFormatVersion = 1;
+// Written: 2 (the set's content fingerprint); read: 1 and 2.
+inline constexpr std::uint32_t kSetManifestFormatVersion = 2;
 
 // One shard as the manifest names it.
 struct SetManifestEntry {
@@ -232,16 +243,26 @@ struct SetManifest {
   std::uint32_t shard_hash_count = 0;           // k of every shard
   CatalogId catalog_id{};
   KeyFingerprint key_fingerprint{};
+  // Version 2: contentFlags (header bytes 68..72; bit 0 = fingerprint
+  // present) and the set's content fingerprint (the body's first 16 bytes;
+  // zero unless flagged), the sum of its shards'.
+  std::uint32_t content_flags = 0;
+  ContentFingerprint content_fingerprint_bytes{};
   std::uint64_t build_id = 0;         // random per save; the shard file names carry it
   std::uint64_t header_checksum = 0;  // as stored (filled in by encode)
   std::uint64_t body_checksum = 0;    // as stored (filled in by encode)
   std::vector<SetManifestEntry> shards;
 
   std::uint32_t shard_count() const noexcept { return static_cast<std::uint32_t>(shards.size()); }
+  std::optional<ContentFingerprint> content_fingerprint() const noexcept {
+    if ((content_flags & kContentFlagFingerprint) == 0) return std::nullopt;
+    return content_fingerprint_bytes;
+  }
 };
 
-// The manifest bytes of `manifest` (checksums computed; the ones stored in
-// it are ignored).
+// The manifest bytes of `manifest`, in format version 2 whatever its
+// format_version says (checksums computed; the ones stored in it are
+// ignored).
 std::vector<std::uint8_t> encode_set_manifest(const SetManifest& manifest);
 
 // Validates every manifest rule, in the order docs/protocol.md lists them,
@@ -294,7 +315,9 @@ Result<void> save_filter_set(const FilterSet& set, const std::filesystem::path& 
 // and against the manifest: catalogId, catalogVersion, hashProtocolVersion,
 // keyFingerprint, targetFpp, expectedItemCount (n_i), insertedItemCount,
 // bitCount, hashCount, payloadChecksum and headerChecksum (recomputed from
-// the bits loaded). The first failure fails the whole load, naming the shard
+// the bits loaded); then, for a version-2 manifest, that its content
+// fingerprint is the sum of the shards' (kSetShardMismatch
+// "contentFingerprint" otherwise). The first failure fails the whole load, naming the shard
 // ("c.abfs: shard 2 of 3 (c.abfs.5f0c....00002.abf): ..."):
 // kSetShardMissing for a missing file, kSetShardMismatch naming the field,
 // or the snapshot rule's own code. When a shard fails and the manifest has

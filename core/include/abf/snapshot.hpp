@@ -1,7 +1,7 @@
 // ABF1 snapshot files (PROTOCOL.md section 7): a 128-byte checksummed header
 // followed by the payload, m / 8 bytes of bitset. Writers write
-// formatVersion 2 (catalogId and keyFingerprint in the header); loaders read
-// 1 and 2.
+// formatVersion 2 (catalogId, keyFingerprint and the content fingerprint in
+// the header); loaders read 1 and 2.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,9 @@ namespace abf {
 inline constexpr std::size_t kSnapshotHeaderSize = 128;
 // The version writers write; loaders also read version 1.
 inline constexpr std::uint32_t kSnapshotFormatVersion = 2;
+// contentFlags bit 0: bytes 104..120 hold the content fingerprint. Every
+// other bit is reserved (a loader refuses it).
+inline constexpr std::uint32_t kContentFlagFingerprint = 1;
 
 // Every header field, as stored.
 struct SnapshotHeader {
@@ -38,6 +41,16 @@ struct SnapshotHeader {
   std::uint64_t header_checksum = 0;
   CatalogId catalog_id{};            // version 2; zero in version 1 (unknown)
   KeyFingerprint key_fingerprint{};  // version 2, protocol 2; zero otherwise
+  // Version 2, bytes 104..120 as stored: the content fingerprint when
+  // content_flags has kContentFlagFingerprint, zero otherwise.
+  ContentFingerprint content_fingerprint_bytes{};
+  std::uint32_t content_flags = 0;  // version 2, bytes 120..124
+
+  // The content fingerprint, when the header carries one.
+  std::optional<ContentFingerprint> content_fingerprint() const noexcept {
+    if ((content_flags & kContentFlagFingerprint) == 0) return std::nullopt;
+    return content_fingerprint_bytes;
+  }
 };
 
 enum class LoadMode {
@@ -80,8 +93,11 @@ std::vector<std::uint8_t> serialize_snapshot(const Filter& filter);
 Result<void> save_snapshot(const Filter& filter, const std::filesystem::path& path);
 
 // Validates every rule of section 7, in the order of the ErrorCode list, and
-// answers the first failure with its own code; then the key (LoadOptions).
-// A snapshot that fails is never used.
+// answers the first failure with its own code: the header, the payload
+// checksum, then the payload's population count against insertedItemCount
+// and k (check_fill with FillCheck::kAnyInsertions:
+// kSnapshotImplausibleFill); then the key (LoadOptions). A snapshot that
+// fails is never used. parse_snapshot_header checks the header only.
 Result<SnapshotHeader> parse_snapshot_header(std::span<const std::uint8_t> bytes);
 Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes,
                               const std::optional<Key>& key = std::nullopt);
@@ -96,8 +112,8 @@ Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes,
 Result<Filter> load_snapshot(const std::filesystem::path& path, const LoadOptions& options);
 Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode = LoadMode::kAuto);
 
-// Validates a whole snapshot, payload checksum included, and returns its
-// header (for `abf inspect`). Needs no key: the header names the key by its
+// Validates a whole snapshot, payload checksum and population count
+// included, and returns its header (for `abf inspect`). Needs no key: the header names the key by its
 // fingerprint only. Streams the payload through the checksum in 1 MiB
 // pieces rather than holding it.
 Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path);
