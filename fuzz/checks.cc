@@ -79,6 +79,7 @@ std::string same_fields(const SnapshotHeader& a, const SnapshotHeader& b) {
   if (a.payload_checksum != b.payload_checksum) return "payloadChecksum";
   if (a.catalog_id != b.catalog_id) return "catalogId";
   if (a.key_fingerprint != b.key_fingerprint) return "keyFingerprint";
+  if (a.content_fingerprint() != b.content_fingerprint()) return "contentFingerprint";
   return {};
 }
 
@@ -95,6 +96,7 @@ std::string filter_matches_header(const Filter& f, const SnapshotHeader& h) {
   if (f.catalog_version() != h.catalog_version) return "catalogVersion";
   if (f.catalog_id() != h.catalog_id) return "catalogId";
   if (f.scheme().key_fingerprint() != h.key_fingerprint) return "keyFingerprint";
+  if (f.content_fingerprint() != h.content_fingerprint()) return "contentFingerprint";
   if (f.payload().size() != h.payload_length) return "payload size";
   return {};
 }
@@ -220,6 +222,14 @@ std::string check_snapshot(std::span<const std::uint8_t> data) {
   const bool payload_ok =
       header && XXH3_64bits(bytes.data() + kSnapshotHeaderSize,
                             bytes.size() - kSnapshotHeaderSize) == header->payload_checksum;
+  // After the checksum, the payload's popcount against insertedItemCount
+  // and k (every load checks the upper bounds).
+  std::uint64_t popcount = 0;
+  for (std::size_t i = kSnapshotHeaderSize; i < bytes.size(); ++i) popcount += std::popcount(bytes[i]);
+  const bool fill_ok = header && describe_fill_fault(Layout{header->bit_count, header->hash_count},
+                                                     header->inserted_item_count, popcount,
+                                                     FillCheck::kAnyInsertions)
+                                     .empty();
   static MemoryFile memory_file;
   const auto path = memory_file.hold(bytes);
 
@@ -228,6 +238,7 @@ std::string check_snapshot(std::span<const std::uint8_t> data) {
     const auto from_file = read_snapshot_header(*path);
     const std::string expected = !header       ? code_name(header.error().code)
                                  : !payload_ok ? code_name(ErrorCode::kSnapshotPayloadChecksum)
+                                 : !fill_ok    ? code_name(ErrorCode::kSnapshotImplausibleFill)
                                                : "loaded";
     const std::string got = from_file ? "loaded" : code_name(from_file.error().code);
     if (got != expected) return "read_snapshot_header: " + got + ", expected " + expected;
@@ -245,6 +256,8 @@ std::string check_snapshot(std::span<const std::uint8_t> data) {
       expected = code_name(header.error().code);
     } else if (!payload_ok) {
       expected = code_name(ErrorCode::kSnapshotPayloadChecksum);
+    } else if (!fill_ok) {
+      expected = code_name(ErrorCode::kSnapshotImplausibleFill);
     } else if (header->hash_protocol_version == 2) {
       expected = !key ? code_name(ErrorCode::kKeyRequired)
                  : key_fingerprint(*key) == header->key_fingerprint
@@ -492,8 +505,9 @@ std::string check_merge(std::span<const std::uint8_t> data) {
   MergeOptions options;
   if ((control & 16) != 0) options.catalog_version = control >> 5;
 
-  // One filter merges into itself.
-  {
+  // One filter merges into itself (unless it is a catalog's, relabelled).
+  if (!options.catalog_version || a->catalog_id().is_zero() ||
+      a->catalog_version() == *options.catalog_version) {
     const Filter one[] = {*a};
     auto alone = merge_filters(one, options);
     if (!alone) return "merging one filter failed: " + alone.error().describe();
@@ -509,6 +523,10 @@ std::string check_merge(std::span<const std::uint8_t> data) {
       a->scheme().key_fingerprint() == b->scheme().key_fingerprint() &&
       a->hash_count() == b->hash_count() &&
       (options.catalog_version || a->catalog_version() == b->catalog_version()) &&
+      // A catalog's snapshots keep their version: relabelling is for unbound inputs.
+      (!options.catalog_version || a->catalog_id().is_zero() ||
+       (a->catalog_version() == *options.catalog_version &&
+        b->catalog_version() == *options.catalog_version)) &&
       a->bit_count() == b->bit_count() && a->expected_item_count() == b->expected_item_count() &&
       std::bit_cast<std::uint64_t>(a->target_fpp()) ==
           std::bit_cast<std::uint64_t>(b->target_fpp());
@@ -527,6 +545,19 @@ std::string check_merge(std::span<const std::uint8_t> data) {
     }
     return {};
   }
+  if (!merged && merged.error().code == ErrorCode::kSnapshotImplausibleFill) {
+    // Only when the OR really has more bits than the summed count allows.
+    std::uint64_t popcount = 0;
+    for (std::size_t i = 0; i < a->payload().size(); ++i) {
+      popcount += std::popcount(static_cast<std::uint8_t>(a->payload()[i] | b->payload()[i]));
+    }
+    if (describe_fill_fault(Layout{a->bit_count(), a->hash_count()}, inserted, popcount,
+                            FillCheck::kAnyInsertions)
+            .empty()) {
+      return "a plausible merge was refused as implausible: " + merged.error().describe();
+    }
+    return {};
+  }
   if (!merged) return "compatible filters did not merge: " + merged.error().describe();
   const auto out = merged->payload();
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -539,6 +570,10 @@ std::string check_merge(std::span<const std::uint8_t> data) {
   if (merged->catalog_version() != options.catalog_version.value_or(a->catalog_version())) {
     return "the merge's catalogVersion is wrong";
   }
+  const auto sum = a->content_fingerprint() && b->content_fingerprint()
+                       ? std::optional(*a->content_fingerprint() + *b->content_fingerprint())
+                       : std::nullopt;
+  if (merged->content_fingerprint() != sum) return "the merge's content fingerprint is not the sum";
   if (merged->catalog_id() != a->catalog_id() || !(merged->scheme() == a->scheme()) ||
       merged->expected_item_count() != a->expected_item_count() ||
       std::bit_cast<std::uint64_t>(merged->target_fpp()) !=

@@ -317,6 +317,49 @@ TEST_F(CliTest, GoldenSnapshotInspectsAsItsHeaderSays) {
   EXPECT_NE(run.out.find("\"bit_count\": 9600"), std::string::npos) << run.out;
 }
 
+// Issue 22: `abf build` (from a file, and --shards), `abf merge` of disjoint
+// parts and `abf inspect` all give member-1000's content fingerprint as
+// vectors/fingerprint.tsv has it; a file without one shows null / "none".
+TEST_F(CliTest, BuildShardsMergeAndInspectCarryTheContentFingerprint) {
+  const auto vector = test::fingerprint_vector("member-1000");
+  std::string all, first, second;
+  for (std::size_t i = 0; i < vector.digests.size(); ++i) {
+    (i < 500 ? first : second) += vector.digests[i].hex() + "\n";
+    all += vector.digests[i].hex() + "\n";
+  }
+  write("all.txt", all);
+  write("first.txt", first);
+  write("second.txt", second);
+  const auto fingerprint_of = [&](const std::string& file) {
+    const CliRun run = abf("inspect --json " + path(file).string());
+    EXPECT_EQ(run.status, 0) << run.err;
+    const auto json = nlohmann::json::parse(run.out, nullptr, false);
+    return json.is_discarded() || json["content_fingerprint"].is_null()
+               ? std::string("null")
+               : json["content_fingerprint"].get<std::string>();
+  };
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 -i all.txt -o all.abf").status, 0);
+  EXPECT_EQ(fingerprint_of("all.abf"), vector.fingerprint_hex);
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 --shards 3 -i all.txt -o all.abfs").status, 0);
+  EXPECT_EQ(fingerprint_of("all.abfs"), vector.fingerprint_hex);
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 -i first.txt -o first.abf").status, 0);
+  ASSERT_EQ(abf("build -n 1000 -p 0.01 -i second.txt -o second.abf").status, 0);
+  EXPECT_EQ(fingerprint_of("first.abf"),
+            test::fingerprint_vector("member-1000-first-half").fingerprint_hex);
+  const CliRun merged = abf("merge first.abf second.abf -o merged.abf --json");
+  ASSERT_EQ(merged.status, 0) << merged.err;
+  EXPECT_EQ(nlohmann::json::parse(merged.out)["content_fingerprint"], vector.fingerprint_hex);
+  EXPECT_EQ(fingerprint_of("merged.abf"), vector.fingerprint_hex);
+  EXPECT_EQ(test::read_file(path("merged.abf")), test::read_file(path("all.abf")));
+  const CliRun text = abf("inspect " + path("all.abf").string());
+  EXPECT_NE(text.out.find("content fingerprint   " + vector.fingerprint_hex), std::string::npos)
+      << text.out;
+  write("golden.abf", test::read_file(test::data_path("vectors/member-1000.abf")));
+  EXPECT_EQ(fingerprint_of("golden.abf"), "null");
+  const CliRun golden = abf("inspect " + path("golden.abf").string());
+  EXPECT_NE(golden.out.find("content fingerprint   none"), std::string::npos) << golden.out;
+}
+
 // ---- Keys, catalog ids and the new header fields (protocol v2) -------------
 
 // member_digests(1000) as hex lines: the golden files' digests.
@@ -338,8 +381,11 @@ TEST_F(CliTest, BuildWritesTheVersionTwoGoldenSnapshots) {
   test::write_private_file(path("golden.key"), test::golden_key().hex + "\n");
   const CliRun keyed = abf(golden_build_arguments() + " --key-file golden.key -o keyed.abf");
   ASSERT_EQ(keyed.status, 0) << keyed.err;
+  // The golden files predate the content fingerprint; a build writes it too.
   EXPECT_TRUE(test::read_file(path("keyed.abf")) ==
-              test::read_file(test::data_path("vectors/v2/member-1000-keyed.abf")))
+              test::with_content_fingerprint(
+                  test::read_file(test::data_path("vectors/v2/member-1000-keyed.abf")),
+                  "member-1000"))
       << "keyed snapshot differs from the golden file";
   EXPECT_NE(keyed.out.find("hash protocol 2 (key " + test::golden_key().fingerprint_hex + ")"),
             std::string::npos)
@@ -347,7 +393,9 @@ TEST_F(CliTest, BuildWritesTheVersionTwoGoldenSnapshots) {
   const CliRun plain = abf(golden_build_arguments() + " -o plain.abf");
   ASSERT_EQ(plain.status, 0) << plain.err;
   EXPECT_TRUE(test::read_file(path("plain.abf")) ==
-              test::read_file(test::data_path("vectors/v2/member-1000-v2.abf")))
+              test::with_content_fingerprint(
+                  test::read_file(test::data_path("vectors/v2/member-1000-v2.abf")),
+                  "member-1000"))
       << "unkeyed snapshot differs from the golden file";
 }
 
@@ -357,7 +405,8 @@ TEST_F(CliTest, EveryKeyFileFormGivesTheSameKey) {
   std::string upper = key.hex;
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   const std::string raw(reinterpret_cast<const char*>(key.key.bytes().data()), Key::kSize);
-  const std::string golden = test::read_file(test::data_path("vectors/v2/member-1000-keyed.abf"));
+  const std::string golden = test::with_content_fingerprint(
+      test::read_file(test::data_path("vectors/v2/member-1000-keyed.abf")), "member-1000");
   for (const std::string& contents : {key.hex + "\n", key.hex, upper + "\n", raw}) {
     SCOPED_TRACE(contents.size());
     test::write_private_file(path("k.key"), contents);

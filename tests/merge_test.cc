@@ -110,6 +110,95 @@ TEST(MergeFilters, ExplicitCatalogVersionMergesDifferentVersions) {
   expect_same_snapshot(*merged, build(digests, spec, 43));
 }
 
+Filter with_info(const Filter& base, const FilterInfo& info);
+
+// Issue 22, item 2: a merge never labels its result with a catalogVersion
+// its catalog-bound inputs do not all have.
+TEST(MergeFilters, CatalogBoundInputsKeepTheirVersion) {
+  const auto digests = test::random_digests(200, 21);
+  const BloomSpec spec{.expected_item_count = 200, .target_fpp = 0.01};
+  const std::span all(digests);
+  const auto bound = [&](std::span<const Digest> part, std::uint64_t version) {
+    auto filter = build_filter(part, spec,
+                               BuildOptions{.catalog_version = version,
+                                            .catalog_id = test::golden_catalog_id(),
+                                            .key = std::nullopt});
+    EXPECT_TRUE(filter.has_value());
+    return std::move(*filter);
+  };
+  const std::vector one{bound(all, 1)};
+  auto relabelled = merge_filters(one, version_option(3));
+  ASSERT_FALSE(relabelled.has_value());
+  EXPECT_EQ(relabelled.error().code, ErrorCode::kIncompatibleFilters);
+  EXPECT_NE(relabelled.error().message.find("catalogVersion 3 is not input 1's: it has "
+                                            "catalogVersion 1 of catalog " +
+                                            test::golden_catalog_id().hex()),
+            std::string::npos)
+      << relabelled.error().message;
+  // Parts at different versions of one catalog do not merge, named or not.
+  const std::vector mixed{bound(all.first(100), 1), bound(all.subspan(100), 2)};
+  for (const auto& options : {MergeOptions{}, version_option(2), version_option(1)}) {
+    auto refused = merge_filters(mixed, options);
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_EQ(refused.error().code, ErrorCode::kIncompatibleFilters);
+    EXPECT_NE(refused.error().message.find("catalogVersion"), std::string::npos);
+  }
+  // Naming the version they all have is allowed (and changes nothing).
+  const std::vector same{bound(all.first(100), 2), bound(all.subspan(100), 2)};
+  auto merged = merge_filters(same, version_option(2));
+  ASSERT_TRUE(merged.has_value()) << merged.error().describe();
+  EXPECT_EQ(serialize_snapshot(*merged), serialize_snapshot(bound(all, 2)));
+}
+
+// The merged fingerprint is the sum of the parts' (exact for the multiset
+// union, overlaps included); a part without one leaves the result without.
+TEST(MergeFilters, TheFingerprintIsTheSumWhenEveryPartHasOne) {
+  const auto vector = test::fingerprint_vector("member-1000");
+  const BloomSpec spec{.expected_item_count = 2000, .target_fpp = 0.01};
+  std::vector<Filter> parts;
+  for (const auto& piece : partition(vector.digests, 5, 22)) parts.push_back(build(piece, spec));
+  auto merged = merge_filters(parts);
+  ASSERT_TRUE(merged.has_value());
+  ASSERT_TRUE(merged->content_fingerprint().has_value());
+  EXPECT_EQ(merged->content_fingerprint()->hex(), vector.fingerprint_hex);
+  // Overlapping parts: the multiset union, as insertedItemCount counts it.
+  const std::vector overlapping{build(std::span(vector.digests).first(600), spec),
+                                build(std::span(vector.digests).subspan(400), spec)};
+  auto union_of = merge_filters(overlapping);
+  ASSERT_TRUE(union_of.has_value());
+  EXPECT_EQ(union_of->content_fingerprint(),
+            ContentFingerprint::of(std::span(vector.digests).first(600)) +
+                ContentFingerprint::of(std::span(vector.digests).subspan(400)));
+  // A part loaded from a file written before fingerprints: none.
+  FilterInfo info = parts[0].info();
+  info.content_fingerprint.reset();
+  parts[0] = with_info(parts[0], info);
+  auto unknown = merge_filters(parts);
+  ASSERT_TRUE(unknown.has_value());
+  EXPECT_FALSE(unknown->content_fingerprint().has_value());
+  EXPECT_TRUE(std::ranges::equal(unknown->payload(), merged->payload()));
+}
+
+// Parts that are each plausible can OR into more bits than their summed
+// count can set; the merge refuses to make a file no loader accepts.
+TEST(MergeFilters, RefusesAResultWithMoreBitsThanItsCountAllows) {
+  const BloomSpec spec{.expected_item_count = 10'000, .target_fpp = 0.01};
+  const auto digests = test::random_digests(10'000, 23);
+  const Filter full = build(digests, spec);
+  FilterInfo info = full.info();
+  info.inserted_item_count = 1;  // one insertion cannot set these bits
+  auto forged = Filter::from_words(info, std::shared_ptr<const std::uint64_t>(
+                                             std::make_shared<Filter>(full), full.words().data()),
+                                   full.words().size());
+  ASSERT_TRUE(forged.has_value());
+  const std::vector parts{*forged};
+  auto merged = merge_filters(parts);
+  ASSERT_FALSE(merged.has_value());
+  EXPECT_EQ(merged.error().code, ErrorCode::kSnapshotImplausibleFill);
+  EXPECT_NE(merged.error().message.find("the merged filter: 1 insertions set"), std::string::npos)
+      << merged.error().message;
+}
+
 // A filter like `base` but with one header field changed.
 Filter with_info(const Filter& base, const FilterInfo& info) {
   auto words = allocate_words(info.layout().bit_count / 64);
@@ -353,6 +442,35 @@ TEST_F(MergeCommand, RefusesPartsOfDifferentCatalogIds) {
   std::string errors;
   EXPECT_EQ(abf("merge " + a + " " + b + " --output " + out.string(), &errors), 1);
   EXPECT_NE(errors.find(other.hex()), std::string::npos) << errors;
+}
+
+// Issue 22's reproduction: `abf merge pa_v1.abf --catalog-version 3 -o
+// x.abf` with a catalog-bound input fails, exit 1, and writes nothing.
+TEST_F(MergeCommand, RefusesToRelabelACatalogsSnapshot) {
+  const auto digests = test::random_digests(200, 24);
+  const BloomSpec spec{.expected_item_count = 200, .target_fpp = 0.01};
+  const auto pa = save(build_with(digests, spec,
+                                  BuildOptions{.catalog_version = 1,
+                                               .catalog_id = test::golden_catalog_id(),
+                                               .key = std::nullopt}),
+                       "pa_v1.abf");
+  const auto out = dir_ / "x.abf";
+  std::string errors;
+  EXPECT_EQ(abf("merge " + pa + " --catalog-version 3 -o " + out.string(), &errors), 1);
+  EXPECT_NE(errors.find("incompatible_filters"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("catalogVersion 3 is not " + pa + "'s: it has catalogVersion 1"),
+            std::string::npos)
+      << errors;
+  EXPECT_FALSE(fs::exists(out));
+  // Its own version is fine; an unbound snapshot may still be relabelled.
+  EXPECT_EQ(abf("merge " + pa + " --catalog-version 1 -o " + out.string(), &errors), 0) << errors;
+  const auto unbound = save(build(digests, spec, 1), "unbound.abf");
+  EXPECT_EQ(abf("merge " + unbound + " --catalog-version 3 -o " + out.string(), &errors), 0)
+      << errors;
+  auto relabelled = load_snapshot(out);
+  ASSERT_TRUE(relabelled.has_value());
+  EXPECT_EQ(relabelled->catalog_version(), 3u);
+  EXPECT_EQ(relabelled->content_fingerprint(), ContentFingerprint::of(digests));
 }
 
 TEST_F(MergeCommand, UsageErrorsExitTwo) {

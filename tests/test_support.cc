@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <xxhash.h>
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "abf/fingerprint.hpp"
 #include "abf/probe.hpp"
 
 namespace abf::test {
@@ -123,6 +125,21 @@ FingerprintVector fingerprint_vector(std::string_view name) {
   }
   ADD_FAILURE() << "fingerprint.tsv has no set " << name;
   return {};
+}
+
+std::string with_content_fingerprint(std::string snapshot, std::string_view vector_name) {
+  const auto fingerprint = ContentFingerprint::parse_hex(fingerprint_vector(vector_name).fingerprint_hex);
+  EXPECT_TRUE(fingerprint.has_value());
+  EXPECT_GE(snapshot.size(), 128u);
+  if (!fingerprint || snapshot.size() < 128) return snapshot;
+  const auto stored = fingerprint->bytes();
+  std::memcpy(snapshot.data() + 104, stored.data(), stored.size());
+  const std::uint32_t flags = 1;
+  std::memcpy(snapshot.data() + 120, &flags, 4);
+  std::memset(snapshot.data() + 72, 0, 8);
+  const std::uint64_t checksum = XXH3_64bits(snapshot.data(), 128);
+  std::memcpy(snapshot.data() + 72, &checksum, 8);
+  return snapshot;
 }
 
 std::vector<Digest> random_digests(std::size_t count, std::uint64_t seed) {

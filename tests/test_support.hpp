@@ -67,6 +67,12 @@ std::vector<FingerprintVector> fingerprint_vectors();
 // The row named `name`; a test failure (and an empty row) if there is none.
 FingerprintVector fingerprint_vector(std::string_view name);
 
+// A version-2 snapshot's bytes (a golden file, written before the content
+// fingerprint existed) with the fingerprint of vectors/fingerprint.tsv's set
+// `vector_name` in header bytes 104..120, contentFlags 1, header resealed:
+// what a build of that set writes today.
+std::string with_content_fingerprint(std::string snapshot, std::string_view vector_name);
+
 // A new, empty folder in the temporary directory, named `prefix-XXXXXX`
 // (mkdtemp: unique, so tests run in parallel). The caller removes it.
 std::filesystem::path make_temp_dir(std::string_view prefix);

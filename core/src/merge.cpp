@@ -132,7 +132,16 @@ Result<Filter> merge_filters(std::span<const Filter> filters, const MergeOptions
       for (std::size_t w = begin; w < end; ++w) out[w] |= in[w];
     }
   });
-  return Filter::from_words(info, std::move(words), word_count);
+  auto merged = Filter::from_words(info, std::move(words), word_count);
+  if (!merged) return merged;
+  // Inputs each plausible on their own can still OR into more bits than
+  // their summed counts allow (bits where no build of theirs puts them):
+  // such a result would be refused by every loader, so it is not made.
+  if (auto plausible = check_fill(*merged, FillCheck::kAnyInsertions, "the merged filter");
+      !plausible) {
+    return std::unexpected(plausible.error());
+  }
+  return merged;
 }
 
 }  // namespace abf

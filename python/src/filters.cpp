@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,12 @@ bool might_contain(const F& filter, py::handle digest) {
   return filter.might_contain(input.span()[0]);
 }
 
+// 32 hex digits (ContentFingerprint::hex), or None when unknown.
+py::object content_fingerprint_object(const std::optional<ContentFingerprint>& fingerprint) {
+  if (!fingerprint) return py::none();
+  return py::str(fingerprint->hex());
+}
+
 py::dict filter_info(const Filter& filter) {
   SnapshotHeader h;
   {
@@ -101,6 +108,7 @@ py::dict filter_info(const Filter& filter) {
   info["header_checksum"] = h.header_checksum;
   info["catalog_id"] = catalog_id_object(h.catalog_id);
   info["key_fingerprint"] = fingerprint_object(filter.scheme());
+  info["content_fingerprint"] = content_fingerprint_object(filter.content_fingerprint());
   return info;
 }
 
@@ -118,6 +126,7 @@ py::dict set_info(const FilterSet& set) {
   info["shard_hash_count"] = set.hash_count();
   info["catalog_id"] = catalog_id_object(set.catalog_id());
   info["key_fingerprint"] = fingerprint_object(set.scheme());
+  info["content_fingerprint"] = content_fingerprint_object(set.content_fingerprint());
   return info;
 }
 
@@ -157,6 +166,7 @@ bool same_filter(const Filter& a, const Filter& b) {
       a.catalog_version() != b.catalog_version() ||
       a.expected_item_count() != b.expected_item_count() ||
       a.inserted_item_count() != b.inserted_item_count() ||
+      a.content_fingerprint() != b.content_fingerprint() ||
       std::memcmp(&a.info().spec.target_fpp, &b.info().spec.target_fpp, sizeof(double)) != 0) {
     return false;
   }
@@ -464,6 +474,14 @@ void common_properties(Class& c, Get get) {
           "key_fingerprint",
           [get](const typename Class::type& o) { return fingerprint_object(get(o).scheme()); },
           "16 hex digits naming the key of a keyed filter (never the key); None if unkeyed.")
+      .def_property_readonly(
+          "content_fingerprint",
+          [get](const typename Class::type& o) {
+            return content_fingerprint_object(get(o).content_fingerprint());
+          },
+          "32 hex digits: the content fingerprint of the digests inserted (the sum mod 2^128 of "
+          "XXH3-128 over them; a set's is its shards' sum), or None when the filter does not "
+          "know it (a file written before fingerprints, a merge with such a part).")
       .def_property_readonly(
           "keyed", [get](const typename Class::type& o) { return get(o).scheme().keyed(); },
           "Whether probes are keyed (protocol 2).")

@@ -126,6 +126,25 @@ def test_sets_are_reduced_shard_by_shard(client):
     assert abf.dask.build(bag, 90_000, 0.01, catalog_version=2, shards=3) == reference
 
 
+def test_dask_builds_carry_the_vectors_fingerprint(client):
+    """Issue 22: a Dask build (partitions merged, and a sharded one) has
+    the fingerprint of tests/data/vectors/fingerprint.tsv for member-10000,
+    as Python's and C++'s builds do."""
+    from conftest import DATA, members
+    expected = None
+    for line in (DATA / "vectors" / "fingerprint.tsv").read_text().splitlines():
+        fields = line.split("\t")
+        if fields[0] == "set" and fields[1] == "member-10000":
+            expected = fields[4]
+    assert expected
+    d = members(10_000)
+    f = abf.dask.build(chunks_bag(d, 7, 5), 10_000, 0.01)
+    assert f.content_fingerprint == expected
+    s = abf.dask.build(chunks_bag(d, 7, 5), 10_000, 0.01, shards=3)
+    assert s.content_fingerprint == expected
+    assert s == abf.build(d, 10_000, 0.01, shards=3)
+
+
 @pytest.fixture(scope="module")
 def catalog_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("catalog") / "c.db"

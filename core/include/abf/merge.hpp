@@ -53,7 +53,10 @@ struct MergeOptions {
 //                         of an input bound to a catalog (named);
 //   kCapacityExceeded     the summed insertedItemCount is larger than
 //                         expectedItemCount (the result would not meet its
-//                         target false-positive rate).
+//                         target false-positive rate);
+//   kSnapshotImplausibleFill  the OR has more bits set than the summed count
+//                         can set (check_fill): inputs no build made, which
+//                         every loader would refuse merged.
 // Large bitsets are OR-ed on every core of the current TBB arena.
 Result<Filter> merge_filters(std::span<const Filter> filters, const MergeOptions& options = {});
 
