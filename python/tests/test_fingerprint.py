@@ -32,13 +32,13 @@ def test_python_builds_carry_the_vectors_fingerprint():
         d = members(count)
         f = abf.build(d, max(count, 1), 0.01)
         assert f.content_fingerprint == expected, name
-        assert f.info()["content_fingerprint"] == expected
+        assert f.info["content_fingerprint"] == expected
         # Any order, any set split, any merge of disjoint parts.
         shuffled = d[np.random.default_rng(1).permutation(count)]
         assert abf.build(shuffled, count, 0.01).content_fingerprint == expected
         s = abf.build(d, max(count, 3), 0.01, shards=3)
         assert s.content_fingerprint == expected
-        assert s.info()["content_fingerprint"] == expected
+        assert s.info["content_fingerprint"] == expected
         if count >= 3:
             parts = np.array_split(d, 3)
             merged = abf.merge([abf.build(part, count, 0.01) for part in parts])
@@ -61,7 +61,7 @@ def test_the_shards_carry_their_parts(tmp_path):
 def test_a_file_without_one_says_none(tmp_path):
     golden = abf.load(str(DATA / "vectors" / "v2" / "member-1000-v2.abf"))
     assert golden.content_fingerprint is None
-    assert golden.info()["content_fingerprint"] is None
+    assert golden.info["content_fingerprint"] is None
     part = abf.build(members(10), 1000, 0.01)
     # A merge with a part that does not know its own does not know either.
     # (It holds 1,000 digests at n = 1,000: the other part is empty.)
