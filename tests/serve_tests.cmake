@@ -18,7 +18,7 @@ foreach(name http grpc reload ops hostile head)
   add_test(NAME serve_${name}
            COMMAND ${ABF_SYSTEM_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_${name}.py)
   set_tests_properties(serve_${name} PROPERTIES
-    ENVIRONMENT "ABF_CLI=$<TARGET_FILE:abf_cli>;PYTHONDONTWRITEBYTECODE=1"
+    ENVIRONMENT "ABF_CLI=$<TARGET_FILE:abf_cli>;PYTHONDONTWRITEBYTECODE=1;ABF_SANITIZE=${ABF_SANITIZE}"
     SKIP_RETURN_CODE 77
     TIMEOUT 600
     LABELS "serve;python")

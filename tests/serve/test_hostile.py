@@ -134,6 +134,12 @@ class LimitsBeforeWork(Fixture):
         bound = 3 * self.LIMIT * requests_at_once
         sys.stderr.write("%s: peak memory grew %d KiB (bound %d KiB)\n"
                          % (what, grown, bound // 1024))
+        # Under AddressSanitizer freed memory waits in its quarantine (256 MB)
+        # and every allocation has red zones: the peak says nothing of the
+        # server's own. The release suite checks the bound; this one runs
+        # the same requests for the sanitizer to watch.
+        if os.environ.get("ABF_SANITIZE"):
+            return
         self.assertLess(grown * 1024, bound, what)
 
     def send_chunked(self, headers, total):
