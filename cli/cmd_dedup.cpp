@@ -106,11 +106,11 @@ int run_dedup(const DedupOptions& options) {
   auto catalog = service::SqliteCatalog::open(options.db, open_options);
   if (!catalog) return report("dedup", catalog.error());
   // The publisher is bound to the catalog: a snapshot of another catalog,
-  // or of none, is refused before any input is read or output written
-  // (PROTOCOL.md section 8); the service checks it again.
-  const auto binding = catalog->catalog_binding();
+  // or of none, or one that does not hold what the catalog holds at its
+  // version (or of a version the catalog lacks), is refused before any input
+  // is read or output written (PROTOCOL.md section 8).
   service::Metrics metrics;
-  service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
+  service::SnapshotPublisher publisher(&metrics, *catalog);
   LoadOptions load_options;
   load_options.key = std::move(*key);
   auto snapshot = [&]() -> Result<std::shared_ptr<const service::Snapshot>> {
@@ -120,16 +120,7 @@ int run_dedup(const DedupOptions& options) {
     return publisher.publish(std::move(*filter), "<stdin>");
   }();
   if (!snapshot) return report("dedup", snapshot.error());
-  auto latest = catalog->latest_version();
-  if (!latest) return report("dedup", latest.error());
   const std::uint64_t version = (*snapshot)->catalog_version();
-  if (version > *latest) {
-    return report("dedup", Error{ErrorCode::kInvalidArgument,
-                                 "snapshot " + options.snapshot + " is of catalog version " +
-                                     std::to_string(version) + ", but catalog " + options.db +
-                                     " only reaches version " + std::to_string(*latest) +
-                                     " (a damaged or restored catalog?)"});
-  }
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("dedup", reader.error());
   auto output = DataOutput::create(options.output);
@@ -219,10 +210,14 @@ Command add_dedup_command(CLI::App& root) {
       "Nothing is written on error: files are left as they were, and digests for standard\n"
       "output (the default) are staged (in memory up to 1 MiB, then in an unlinked\n"
       "temporary file in $TMPDIR, default /tmp) and copied to stdout only at the end.\n"
-      "The snapshot must be of this catalog (abf build --from-catalog writes its catalogId):\n"
-      "one of another catalog, or of none, is refused (catalog_mismatch), since its `absent`\n"
-      "answers would be wrong. A keyed snapshot needs its --key-file. A filter set (abf build\n"
-      "--from-catalog --shards) is given by its manifest, and is verified and used whole.\n"
+      "The snapshot must be built from this catalog (abf build --from-catalog writes its\n"
+      "catalogId and content fingerprint): one of another catalog or of none, one whose\n"
+      "fingerprint or item count differs from what the catalog holds at its version (a\n"
+      "catalog restored from a backup, a build from other digests), one of a version the\n"
+      "catalog lacks, and one without a fingerprint are refused (catalog_mismatch), since\n"
+      "its `absent` answers would be wrong. A keyed snapshot needs its --key-file. A filter\n"
+      "set (abf build --from-catalog --shards) is given by its manifest, and is verified\n"
+      "and used whole.\n"
       "Examples:\n"
       "  abf dedup --snapshot c.abf --db catalog.db --input candidates.txt > new.txt\n"
       "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
@@ -312,8 +307,7 @@ int run_dedup_demo(std::ostream& out) {
   if (auto saved = save_snapshot(*filter, snapshot_path); !saved)
     return report(command, saved.error());
   service::Metrics metrics;
-  const auto binding = catalog->catalog_binding();
-  service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
+  service::SnapshotPublisher publisher(&metrics, *catalog);
   auto published = publisher.load_and_publish(snapshot_path);
   if (!published) return report(command, published.error());
   out << "  snapshot      catalog version " << filter->catalog_version()

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <random>
@@ -365,6 +366,45 @@ TEST_F(CatalogContentTest, MemoryRepositoryKeepsContentPerVersion) {
   EXPECT_EQ(memory.content_at_version(3)->item_count, 17u);
   EXPECT_EQ(memory.content_at_version(3)->fingerprint,
             ContentFingerprint::of(memory.digests_at_version(3)));
+}
+
+TEST_F(CatalogContentTest, SampleHoldsOnlyDigestsOfTheVersion) {
+  auto catalog = SqliteCatalog::create(path("c.db"));
+  ASSERT_TRUE(catalog.has_value());
+  MemoryRepository reference;
+  random_history(*catalog, reference, 31, 30);
+  for (std::uint64_t v = 0; v <= 30; ++v) {
+    const auto present = reference.digests_at_version(v);
+    for (SqliteCatalog* store : {&*catalog}) {
+      auto sample = store->sample_at_version(v, 16);
+      ASSERT_TRUE(sample.has_value()) << sample.error().describe();
+      // All of them when there are no more than 16; else up to 16 distinct.
+      if (present.size() <= 16) {
+        EXPECT_EQ(*sample, present) << v;
+      } else {
+        EXPECT_GE(sample->size(), 1u);
+        EXPECT_LE(sample->size(), 16u);
+      }
+      for (const Digest& digest : *sample) {
+        EXPECT_TRUE(std::ranges::binary_search(present, digest)) << v << " " << digest.hex();
+      }
+    }
+    auto from_memory = reference.sample_at_version(v, 16);
+    ASSERT_TRUE(from_memory.has_value());
+    EXPECT_EQ(from_memory->size(), std::min<std::size_t>(16, present.size()));
+    for (const Digest& digest : *from_memory) {
+      EXPECT_TRUE(std::ranges::binary_search(present, digest));
+    }
+  }
+  EXPECT_EQ(catalog->sample_at_version(31, 4).error().code, ErrorCode::kInvalidArgument);
+  // A large version: a sample of distinct digests, not always the same ones.
+  const auto many = test::random_digests(5000, 77);
+  ASSERT_TRUE(catalog->add(many).has_value());
+  auto first = catalog->sample_at_version(31, 64);
+  auto second = catalog->sample_at_version(31, 64);
+  ASSERT_TRUE(first.has_value() && second.has_value());
+  EXPECT_GE(first->size(), 60u);
+  EXPECT_NE(*first, *second);
 }
 
 }  // namespace

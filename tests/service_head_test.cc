@@ -397,8 +397,7 @@ TEST(ServiceHeadTest, DedupWithASnapshotOfTheVersionBeforeListsNoAddedDigestAsNe
         build_filter_from_catalog(*catalog, 1, {.expected_item_count = 5000, .target_fpp = 0.01});
     ASSERT_TRUE(filter.has_value());
     ASSERT_EQ(catalog->add(v2)->version, 2u);
-    const auto binding = catalog->catalog_binding();
-    SnapshotPublisher publisher(nullptr, binding->id, binding->name);
+    SnapshotPublisher publisher(nullptr, *catalog);
     ASSERT_TRUE(publisher.publish(std::move(*filter), "v1.abf").has_value());
     const ArtifactExistenceService service(publisher, *catalog);
     std::vector<Digest> input = v1;

@@ -92,7 +92,7 @@ class PublisherSetTest : public ::testing::Test {
 
 TEST_F(PublisherSetTest, PublishesASetFromItsManifestAndAnswersExactly) {
   Metrics metrics;
-  SnapshotPublisher publisher(&metrics, ours(), "catalog ours");
+  SnapshotPublisher publisher(&metrics, store_);
   const FilterSet set = set_of(store_, 3, ours());
   auto published = publisher.load_and_publish(save(set, "c.abfs"), LoadOptions{});
   ASSERT_TRUE(published.has_value()) << published.error().describe();
@@ -157,7 +157,7 @@ TEST_F(PublisherSetTest, GaugesSumOverTheShards) {
 
 TEST_F(PublisherSetTest, BrokenSetNeverServesAndIsCounted) {
   Metrics metrics;
-  SnapshotPublisher publisher(&metrics, ours(), "catalog ours");
+  SnapshotPublisher publisher(&metrics, store_);
   ASSERT_TRUE(publisher.load_and_publish(save(set_of(store_, 2, ours()), "old.abfs")).has_value());
   const fs::path next = save(set_of(store_, 3, ours()), "new.abfs");
   auto manifest = read_set_manifest(next);
@@ -188,7 +188,7 @@ TEST_F(PublisherSetTest, BrokenSetNeverServesAndIsCounted) {
 
 TEST_F(PublisherSetTest, BoundPublisherAndServiceRefuseASetOfAnotherCatalog) {
   Metrics metrics;
-  SnapshotPublisher publisher(&metrics, ours(), "catalog ours");
+  SnapshotPublisher publisher(&metrics, store_);
   auto refused = publisher.load_and_publish(save(set_of(store_, 3, theirs()), "foreign.abfs"));
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, ErrorCode::kCatalogMismatch);
@@ -213,8 +213,7 @@ TEST_F(PublisherSetTest, BulkDedupThroughSqliteWithASetEqualsTheExactStore) {
   EXPECT_EQ(set->shard_count(), 4u);
   EXPECT_EQ(set->catalog_id(), *catalog->catalog_id());
   EXPECT_EQ(set->inserted_item_count(), 1950u);
-  const auto binding = catalog->catalog_binding();
-  SnapshotPublisher publisher(nullptr, binding->id, binding->name);
+  SnapshotPublisher publisher(nullptr, *catalog);
   ASSERT_TRUE(publisher.load_and_publish(save(*set, "cat.abfs")).has_value());
 
   std::vector<Digest> queries = universe_;

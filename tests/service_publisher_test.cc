@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/service/artifact_repository.hpp"
 #include "abf/service/metrics.hpp"
 #include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
@@ -55,6 +57,52 @@ CatalogId theirs() {
   return id;
 }
 
+// The catalog ours() as these tests bind to it, named "catalog ours.db":
+// version v (up to kLatestVersion) holds exactly members_of(v), so
+// filter_of(v, ours()) holds what its version holds.
+class OursCatalog final : public ArtifactRepository {
+ public:
+  static constexpr std::uint64_t kLatestVersion = 100;
+
+  Result<bool> exists_at_version(const Digest& digest, std::uint64_t version) override {
+    const auto members = members_of(version);
+    return std::ranges::find(members, digest) != members.end();
+  }
+  Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t version,
+                                 std::span<bool> exists) override {
+    for (std::size_t i = 0; i < digests.size(); ++i)
+      exists[i] = *exists_at_version(digests[i], version);
+    return {};
+  }
+  Result<std::uint64_t> latest_version() override { return kLatestVersion; }
+  Result<CatalogContent> content_at_version(std::uint64_t version) override {
+    if (version > kLatestVersion) return fail(ErrorCode::kInvalidArgument, "no such version");
+    return CatalogContent{kMembersPerVersion, ContentFingerprint::of(members_of(version))};
+  }
+  // Each version replaces the last: kMembersPerVersion added and removed.
+  Result<VersionChanges> changes_between(std::uint64_t after, std::uint64_t upto) override {
+    if (after > upto || upto > kLatestVersion) return fail(ErrorCode::kInvalidArgument, "range");
+    return VersionChanges{.versions = upto - after,
+                          .added = (upto - after) * kMembersPerVersion,
+                          .removed = (upto - after) * kMembersPerVersion};
+  }
+  Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                     const DigestSink& sink, std::size_t) override {
+    if (after > upto || upto > kLatestVersion) return fail(ErrorCode::kInvalidArgument, "range");
+    for (std::uint64_t v = after + 1; v <= upto; ++v) {
+      if (auto ok = sink(members_of(v)); !ok) return ok;
+    }
+    return {};
+  }
+  Result<std::vector<Digest>> sample_at_version(std::uint64_t version, std::size_t) override {
+    if (version > kLatestVersion) return fail(ErrorCode::kInvalidArgument, "no such version");
+    return members_of(version);
+  }
+  std::optional<CatalogBinding> catalog_binding() const override {
+    return CatalogBinding{ours(), "catalog ours.db"};
+  }
+};
+
 class PublisherTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::make_temp_dir("abf-publisher-test"); }
@@ -90,6 +138,7 @@ class PublisherTest : public ::testing::Test {
     return path;
   }
   fs::path dir_;
+  OursCatalog ours_catalog_;
 };
 
 TEST_F(PublisherTest, NothingServesBeforeTheFirstPublish) {
@@ -158,7 +207,7 @@ TEST_F(PublisherTest, FailedLoadsKeepTheOldSnapshotServing) {
 
 TEST_F(PublisherTest, BoundPublisherRefusesASnapshotOfAnotherCatalog) {
   Metrics metrics;
-  SnapshotPublisher publisher(&metrics, ours(), "catalog ours.db");
+  SnapshotPublisher publisher(&metrics, ours_catalog_);
   ASSERT_EQ(publisher.catalog_id(), ours());
   ASSERT_TRUE(publisher.load_and_publish(save(filter_of(7, ours()), "ours.abf")).has_value());
   const auto serving = publisher.current();
@@ -188,7 +237,7 @@ TEST_F(PublisherTest, BoundPublisherRefusesASnapshotOfAnotherCatalog) {
 
 TEST_F(PublisherTest, BoundPublisherRefusesASnapshotOfNoCatalog) {
   Metrics metrics;
-  SnapshotPublisher publisher(&metrics, ours(), "catalog ours.db");
+  SnapshotPublisher publisher(&metrics, ours_catalog_);
   // Built from files without a catalog id, or any formatVersion-1 file.
   for (const fs::path& path : {save(7), test::data_path("vectors/member-1000.abf")}) {
     SCOPED_TRACE(path.string());
@@ -216,7 +265,7 @@ TEST_F(PublisherTest, UnboundPublisherPublishesAnyCatalog) {
 
 TEST_F(PublisherTest, KeyedSnapshotLoadsOnlyWithItsKey) {
   Metrics metrics;
-  SnapshotPublisher publisher(&metrics, ours(), "catalog ours.db");
+  SnapshotPublisher publisher(&metrics, ours_catalog_);
   const test::VectorKey key = test::golden_key();
   const fs::path keyed = save(filter_of(5, ours(), key.key), "keyed.abf");
   auto without = publisher.load_and_publish(keyed);

@@ -241,18 +241,11 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       const auto start = std::chrono::steady_clock::now();
       // Bound to the catalog: a snapshot of another catalog, or of none, is
       // refused (kCatalogMismatch) before any digest is looked at.
-      const auto binding = catalog.catalog_binding();
-      service::SnapshotPublisher publisher(nullptr, binding->id, binding->name);
+      service::SnapshotPublisher publisher(nullptr, catalog);
+      // So is one that does not hold what the catalog holds at its version,
+      // or of a version the catalog lacks (check_snapshot_binding).
       auto snapshot = publisher.publish(set, source);
       if (!snapshot) return std::unexpected(snapshot.error());
-      auto latest = catalog.latest_version();
-      if (!latest) return std::unexpected(latest.error());
-      if (version > *latest) {
-        return fail(ErrorCode::kInvalidArgument,
-                    "snapshot " + source + " is of catalog version " + std::to_string(version) +
-                        ", but catalog " + catalog.path().string() + " only reaches version " +
-                        std::to_string(*latest) + " (a damaged or restored catalog?)");
-      }
       service::ServiceOptions options;
       options.use_filter = use_filter;
       options.backend = engine;

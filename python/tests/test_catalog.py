@@ -111,7 +111,7 @@ def test_dedup_refuses_a_filter_of_another_catalog(catalog, tmp_path):
             abf.dedup(d, f, catalog)
         assert e.value.code == "catalog_mismatch"
     ahead = abf.build(d, 100, 0.01, catalog_version=5, catalog_id=catalog.id)
-    with pytest.raises(abf.InvalidArgumentError):
+    with pytest.raises(abf.CatalogMismatchError, match="only reaches version 1"):
         abf.dedup(d, ahead, catalog)
 
 
@@ -168,3 +168,46 @@ def test_every_version_keeps_its_item_count_and_fingerprint(catalog, tmp_path):
         assert ro.content(version=2) == catalog.content(version=2)
     with pytest.raises(abf.InvalidArgumentError, match="does not exist"):
         catalog.content(version=4)
+
+
+def test_dedup_refuses_a_filter_that_does_not_hold_the_catalogs_version(tmp_path):
+    """Issue 22: the same catalog id and version, other contents. Reproduction
+    1 (a catalog restored from a backup and advanced again) and 3a (a build
+    from files of a few of its digests, given its id): abf.dedup refuses
+    both, naming both fingerprints, and answers nothing."""
+    import shutil
+
+    base = random_digests(500, seed=41)
+    x = random_digests(1000, seed=42)
+    y = random_digests(1000, seed=43)
+    path = tmp_path / "c.db"
+    with abf.Catalog.create(path) as catalog:
+        catalog.add(base)
+    shutil.copy(path, tmp_path / "backup.db")
+    with abf.Catalog(path) as catalog:
+        assert catalog.add(x)["version"] == 2
+        old = catalog.build_filter(5000, 0.01)
+        old_set = catalog.build_filter(5000, 0.01, shards=3)
+        old_fingerprint = catalog.content()["fingerprint"]
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / ("c.db" + suffix)).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "backup.db", path)
+    with abf.Catalog(path) as catalog:
+        assert catalog.add(y)["version"] == 2
+        new_fingerprint = catalog.content()["fingerprint"]
+        assert new_fingerprint != old_fingerprint
+        for f in (old, old_set):
+            with pytest.raises(abf.CatalogMismatchError) as e:
+                abf.dedup(y, f, catalog)
+            for fragment in (old_fingerprint, new_fingerprint, "catalog version 2",
+                             "abf build --from-catalog"):
+                assert fragment in str(e.value)
+        # Reproduction 3a, and its control: all of the version's digests
+        # built from memory with the catalog's id are that version's filter.
+        present = catalog.digests()
+        few = abf.build(present[:10], 2000, 0.01, catalog_version=2, catalog_id=catalog.id)
+        with pytest.raises(abf.CatalogMismatchError, match="over 10 insertions"):
+            abf.dedup(present, few, catalog)
+        every = abf.build(present, 2000, 0.01, catalog_version=2, catalog_id=catalog.id)
+        assert len(abf.dedup(present, every, catalog)) == 0
+        assert len(abf.dedup(y, catalog.build_filter(5000, 0.01), catalog)) == 0

@@ -190,3 +190,21 @@ def test_find_missing_equals_sqlite(client, catalog_file):
     other = abf.build(candidates[:10], 100, 0.01, catalog_version=version)
     with pytest.raises(abf.CatalogMismatchError):
         abf.dask.find_missing(bag, other, str(path))
+
+
+def test_find_missing_refuses_a_filter_of_other_contents(client, catalog_file):
+    """Issue 22: a filter of the catalog's id and version that does not hold
+    the version's digests (here, a build of a tenth of them) is refused, on
+    this machine before any task runs, and on a worker too."""
+    path, stored = catalog_file
+    with abf.Catalog(path, read_only=True) as catalog:
+        version, catalog_id = catalog.version, catalog.id
+        present = catalog.digests()
+    part = abf.build(present[: len(present) // 10], 40_000, 0.01, catalog_version=version,
+                     catalog_id=catalog_id)
+    bag = chunks_bag(stored[:2000], 4, 2)
+    with pytest.raises(abf.CatalogMismatchError, match="does not hold what"):
+        abf.dask.find_missing(bag, part, str(path))
+    future = client.submit(abf.dask._dedup_partition, stored[:100], part, str(path), "auto")
+    with pytest.raises(abf.CatalogMismatchError, match="does not hold what"):
+        future.result(timeout=120)

@@ -37,9 +37,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", catalog.error().describe().c_str());
     return 1;
   }
-  const auto binding = catalog->catalog_binding();
   abf::service::Metrics metrics;
-  abf::service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
+  abf::service::SnapshotPublisher publisher(&metrics, *catalog);
   auto snapshot = publisher.load_and_publish(argv[2]);
   if (!snapshot) {
     std::fprintf(stderr, "%s\n", snapshot.error().describe().c_str());

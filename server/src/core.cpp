@@ -363,9 +363,8 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
     auto catalog = service::SqliteCatalog::open(tenant_config.db, open_options);
     if (!catalog) return fail(catalog.error().code, where + catalog.error().message);
     tenant->catalog = std::make_unique<service::SqliteCatalog>(std::move(*catalog));
-    const auto binding = tenant->catalog->catalog_binding();
     tenant->publisher =
-        std::make_unique<service::SnapshotPublisher>(&tenant->metrics, binding->id, binding->name);
+        std::make_unique<service::SnapshotPublisher>(&tenant->metrics, *tenant->catalog);
     service::ServiceOptions service_options;
     service_options.backend = core->backend_;
     service_options.head_cache_digests = config.head.cache_digests;

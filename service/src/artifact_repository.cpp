@@ -2,6 +2,8 @@
 #include "abf/service/artifact_repository.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <random>
 #include <string>
 
 namespace abf::service {
@@ -139,6 +141,18 @@ Result<void> MemoryRepository::for_each_digest_added(std::uint64_t after, std::u
     if (auto ok = sink(part); !ok) return ok;
   }
   return {};
+}
+
+Result<std::vector<Digest>> MemoryRepository::sample_at_version(std::uint64_t catalog_version,
+                                                                 std::size_t count) {
+  if (auto known = content_at_version(catalog_version); !known) {
+    return std::unexpected(known.error());
+  }
+  std::vector<Digest> all = digests_at_version(catalog_version);
+  std::vector<Digest> out;
+  std::ranges::sample(all, std::back_inserter(out), static_cast<std::ptrdiff_t>(count),
+                      std::mt19937_64(std::random_device{}()));
+  return out;
 }
 
 std::optional<CatalogBinding> MemoryRepository::catalog_binding() const {

@@ -100,7 +100,8 @@ ArtifactExistenceService::ArtifactExistenceService(const SnapshotPublisher& publ
 
 Result<void> ArtifactExistenceService::check_snapshot(const Snapshot& snapshot) const {
   if (!binding_) return {};
-  return check_snapshot_catalog(snapshot.filter, snapshot.source, binding_->id, binding_->name);
+  if (snapshot.checked_against == &repository_) return {};
+  return check_snapshot_binding(snapshot.filter, snapshot.source, repository_);
 }
 
 Result<ExistenceAnswer> ArtifactExistenceService::ask_store(const Digest& digest,

@@ -26,11 +26,110 @@ Result<void> check_snapshot_catalog(const FilterSet& filter, std::string_view so
                   ": its absent answers would be wrong there; refused");
 }
 
+namespace {
+
+// How many of the version's digests the binding check probes the filter
+// with: 64 B-tree seeks and 64 lookups per load, well under a millisecond.
+constexpr std::size_t kMembershipSample = 64;
+
+// How to make a snapshot that passes: from the catalog, at that version.
+std::string rebuild_hint(std::uint64_t version) {
+  return "; rebuild it from the catalog: abf build --from-catalog DB --catalog-version " +
+         std::to_string(version) + " (with its -n and -p)";
+}
+
+}  // namespace
+
+Result<void> check_snapshot_content(const FilterSet& filter, std::string_view source,
+                                    ArtifactRepository& catalog, std::string_view catalog_name) {
+  const std::uint64_t version = filter.catalog_version();
+  const std::string named = "snapshot " + std::string(source);
+  const std::string theirs = std::string(catalog_name);
+  auto content = catalog.content_at_version(version);
+  if (!content) {
+    if (content.error().code != ErrorCode::kInvalidArgument) {
+      return std::unexpected(content.error());
+    }
+    auto latest = catalog.latest_version();
+    const std::string reach =
+        latest ? "only reaches version " + std::to_string(*latest) : content.error().message;
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " is of catalog version " + std::to_string(version) + ", but " + theirs +
+                    " " + reach +
+                    " (a damaged catalog, or one restored from an older backup?): what the "
+                    "snapshot holds cannot be checked; refused");
+  }
+  const auto& fingerprint = filter.content_fingerprint();
+  if (!fingerprint) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named +
+                    " carries no content fingerprint (written before fingerprints, or a "
+                    "merge of an input without one), so nothing shows that it holds what " +
+                    theirs + " holds at version " + std::to_string(version) + "; refused" +
+                    rebuild_hint(version));
+  }
+  const std::uint64_t inserted = filter.inserted_item_count();
+  if (*fingerprint != content->fingerprint || inserted != content->item_count) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " does not hold what " + theirs + " holds at catalog version " +
+                    std::to_string(version) + ": the snapshot's content fingerprint is " +
+                    fingerprint->hex() + " over " + std::to_string(inserted) +
+                    " insertions, the catalog's " + content->fingerprint.hex() + " over " +
+                    std::to_string(content->item_count) +
+                    " digests (a catalog restored from a backup and changed since, or a "
+                    "snapshot built from other digests?): its absent answers would be wrong "
+                    "there; refused" +
+                    rebuild_hint(version));
+  }
+  // Equal fingerprints and counts: the header describes the catalog's set.
+  // The payload must also be one that set can give (a zeroed payload, or
+  // k, n and p rewritten together, keep the header's fingerprint).
+  if (auto filled = check_fill(filter, FillCheck::kDistinctInsertions, std::string(source));
+      !filled) {
+    return fail(filled.error().code, named + ", bound to " + theirs + " at version " +
+                                         std::to_string(version) + ": " + filled.error().message +
+                                         "; refused" + rebuild_hint(version));
+  }
+  // Last, the bits themselves: a filter of the version's digests answers
+  // maybe for every one of them, so one `absent` among a random sample is
+  // proof. This catches what the header cannot show, e.g. m, k and p
+  // rewritten with the payload cut to the new length (its fill can stay
+  // plausible). A filter that loses a fraction f of the members passes
+  // with probability (1 - f)^kMembershipSample: 0.9^64 < 0.0012.
+  auto sample = catalog.sample_at_version(version, kMembershipSample);
+  if (!sample) return std::unexpected(sample.error());
+  for (const Digest& digest : *sample) {
+    if (!filter.might_contain(digest)) {
+      return fail(ErrorCode::kCatalogMismatch,
+                  named + " answers absent for " + digest.hex() + ", which " + theirs +
+                      " holds at catalog version " + std::to_string(version) +
+                      ": its bits are not a filter of that version's digests (a payload or "
+                      "layout rewritten?); refused" +
+                      rebuild_hint(version));
+    }
+  }
+  return {};
+}
+
+Result<void> check_snapshot_binding(const FilterSet& filter, std::string_view source,
+                                    ArtifactRepository& catalog) {
+  const auto binding = catalog.catalog_binding();
+  if (!binding) return {};
+  if (auto same = check_snapshot_catalog(filter, source, binding->id, binding->name); !same) {
+    return same;
+  }
+  return check_snapshot_content(filter, source, catalog, binding->name);
+}
+
 SnapshotPublisher::SnapshotPublisher(Metrics* metrics) : metrics_(metrics) {}
 
-SnapshotPublisher::SnapshotPublisher(Metrics* metrics, const CatalogId& catalog_id,
-                                     std::string catalog_name)
-    : metrics_(metrics), catalog_id_(catalog_id), catalog_name_(std::move(catalog_name)) {}
+SnapshotPublisher::SnapshotPublisher(Metrics* metrics, ArtifactRepository& catalog)
+    : metrics_(metrics) {
+  if (const auto binding = catalog.catalog_binding()) {
+    catalog_id_ = binding->id;
+    catalog_ = &catalog;
+  }
+}
 
 SnapshotPublisher::~SnapshotPublisher() = default;
 
@@ -88,8 +187,8 @@ Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(Filter
   const unsigned new_index = 1 - old_index;
   Slot& old_slot = slots_[old_index];
   Slot& new_slot = slots_[new_index];
-  if (catalog_id_) {
-    if (auto bound = check_snapshot_catalog(filter, source, *catalog_id_, catalog_name_); !bound) {
+  if (catalog_ != nullptr) {
+    if (auto bound = check_snapshot_binding(filter, source, *catalog_); !bound) {
       count_failure();
       return std::unexpected(bound.error());
     }
@@ -105,7 +204,7 @@ Result<std::shared_ptr<const Snapshot>> SnapshotPublisher::publish_locked(Filter
   }
   auto snapshot = std::make_shared<const Snapshot>(
       Snapshot{std::move(filter), std::move(source), publishes_.load(std::memory_order_relaxed) + 1,
-               std::chrono::steady_clock::now()});
+               std::chrono::steady_clock::now(), catalog_});
 
   // Readers that announced themselves on the inactive slot before the last
   // flip are backing out; wait for them before writing it.

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -111,6 +112,10 @@ constexpr const char* kVersionSql =
 // Schema 3: what a version holds, as its row keeps it.
 constexpr const char* kContentSql =
     "SELECT item_count, fingerprint FROM versions WHERE version = ?1";
+// The first digest present at ?2 at or after the key ?1 (sample_at_version).
+constexpr const char* kSeekSql =
+    "SELECT digest FROM artifacts WHERE digest >= ?1 AND added_version <= ?2 "
+    "AND (removed_version IS NULL OR removed_version > ?2) ORDER BY digest LIMIT 1";
 // Every interval ever recorded: the upgrade's one pass over the artifacts.
 constexpr const char* kIntervalsSql =
     "SELECT digest, added_version, removed_version FROM artifacts";
@@ -1102,6 +1107,62 @@ Result<CatalogContent> SqliteCatalog::content_at_version(std::uint64_t catalog_v
     return std::unexpected(begun.error());
   }
   auto result = state_->content_locked(catalog_version);
+  state_->rollback();  // a read: nothing to commit
+  return result;
+}
+
+Result<std::vector<Digest>> SqliteCatalog::sample_at_version(std::uint64_t catalog_version,
+                                                              std::size_t count) {
+  const std::lock_guard lock(state_->mutex);
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  auto result = [&]() -> Result<std::vector<Digest>> {
+    auto content = state_->content_locked(catalog_version);
+    if (!content) return std::unexpected(content.error());
+    std::vector<Digest> out;
+    if (content->item_count == 0 || count == 0) return out;
+    if (content->item_count <= count) {
+      auto walk = state_->prepare(kWalkSql);
+      if (!walk) return std::unexpected(walk.error());
+      sqlite3_bind_int64(walk->get(), 1, static_cast<sqlite3_int64>(catalog_version));
+      for (int rc = sqlite3_step(walk->get()); rc != SQLITE_DONE; rc = sqlite3_step(walk->get())) {
+        if (rc != SQLITE_ROW) return std::unexpected(state_->error("reading digests", rc));
+        auto digest = state_->column_digest(walk->get(), 0);
+        if (!digest) return std::unexpected(digest.error());
+        out.push_back(*digest);
+      }
+      return out;
+    }
+    auto seek = state_->prepare(kSeekSql);
+    if (!seek) return std::unexpected(seek.error());
+    std::random_device entropy;
+    std::mt19937_64 rng((static_cast<std::uint64_t>(entropy()) << 32) | entropy());
+    const auto first_at_or_after = [&](const Digest& key) -> Result<std::optional<Digest>> {
+      sqlite3_reset(seek->get());
+      sqlite3_bind_blob(seek->get(), 1, key.bytes.data(), Digest::kSize, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(seek->get(), 2, static_cast<sqlite3_int64>(catalog_version));
+      const int rc = sqlite3_step(seek->get());
+      if (rc == SQLITE_DONE) return std::optional<Digest>{};
+      if (rc != SQLITE_ROW) return std::unexpected(state_->error("sampling digests", rc));
+      auto digest = state_->column_digest(seek->get(), 0);
+      if (!digest) return std::unexpected(digest.error());
+      return std::optional<Digest>{*digest};
+    };
+    for (std::size_t i = 0; i < count; ++i) {
+      Digest key;
+      for (std::size_t b = 0; b < Digest::kSize; b += 8) {
+        const std::uint64_t word = rng();
+        std::memcpy(key.bytes.data() + b, &word, 8);
+      }
+      auto found = first_at_or_after(key);
+      if (!found) return std::unexpected(found.error());
+      if (!*found) found = first_at_or_after(Digest{});  // past the last: wrap around
+      if (!found) return std::unexpected(found.error());
+      if (*found && std::ranges::find(out, **found) == out.end()) out.push_back(**found);
+    }
+    return out;
+  }();
   state_->rollback();  // a read: nothing to commit
   return result;
 }

@@ -48,8 +48,7 @@ int main(int argc, char** argv) {
   }
 
   abf::service::Metrics metrics;
-  const auto binding = catalog->catalog_binding();
-  abf::service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
+  abf::service::SnapshotPublisher publisher(&metrics, *catalog);
   if (auto published = publisher.load_and_publish(dir / "service.abf"); !published) {
     return fail("publish: " + published.error().describe());
   }

@@ -97,6 +97,13 @@ class ArtifactRepository {
                                              const DigestSink& sink,
                                              std::size_t chunk_size = 0) = 0;
 
+  // Up to `count` digests present at `catalog_version`, picked at random
+  // (every one when the version holds no more than `count`): what the
+  // binding check probes a snapshot's filter with (check_snapshot_content).
+  // kInvalidArgument if the version does not exist yet.
+  virtual Result<std::vector<Digest>> sample_at_version(std::uint64_t catalog_version,
+                                                        std::size_t count) = 0;
+
   // The catalog this store holds, when it names one. An
   // ArtifactExistenceService over a store that names one uses only
   // snapshots of that catalog (check_snapshot_catalog). None (the default):
@@ -133,6 +140,8 @@ class MemoryRepository final : public ArtifactRepository {
   Result<VersionChanges> changes_between(std::uint64_t after, std::uint64_t upto) override;
   Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
                                      const DigestSink& sink, std::size_t chunk_size = 0) override;
+  Result<std::vector<Digest>> sample_at_version(std::uint64_t catalog_version,
+                                                std::size_t count) override;
   // {id, "memory catalog <id>"} when constructed with an id; none otherwise.
   std::optional<CatalogBinding> catalog_binding() const override;
 

@@ -20,15 +20,17 @@
 //
 // A service over a store that names its catalog (ArtifactRepository::
 // catalog_binding(); a SqliteCatalog always does) answers only with
-// snapshots of that catalog: any other, or one that names no catalog, is
-// refused with kCatalogMismatch (PROTOCOL.md section 8). Binding the
-// publisher too keeps such a snapshot from ever being served:
+// snapshots of that catalog that hold what it holds at their version: any
+// other, one that names no catalog, or one whose content fingerprint or item
+// count differs from the catalog's at its version, is refused with
+// kCatalogMismatch (check_snapshot_binding, PROTOCOL.md section 8). Binding
+// the publisher too keeps such a snapshot from ever being served:
 //
 //   abf::service::Metrics metrics;
 //   auto catalog = abf::service::SqliteCatalog::open("catalog.db");
-//   auto binding = catalog->catalog_binding();
-//   abf::service::SnapshotPublisher publisher(&metrics, binding->id, binding->name);
-//   publisher.load_and_publish("catalog-42.abf");  // kCatalogMismatch if of another catalog
+//   abf::service::SnapshotPublisher publisher(&metrics, *catalog);
+//   publisher.load_and_publish("catalog-42.abf");  // kCatalogMismatch if of another catalog,
+//                                                  // or not what version 42 holds
 //   abf::service::ArtifactExistenceService service(publisher, *catalog, &metrics);
 //   auto answer = service.exists("sha256:9f86d0...");   // Result<ExistenceAnswer>
 #pragma once
@@ -204,8 +206,13 @@ class ArtifactExistenceService {
   Result<CatalogLag> lag() const;
 
   // Whether this service may answer with `snapshot`: always when the
-  // repository names no catalog; otherwise check_snapshot_catalog against
-  // the repository's (kCatalogMismatch naming both ids).
+  // repository names no catalog; otherwise check_snapshot_binding against
+  // the repository: its catalog id, and what the catalog holds at the
+  // snapshot's version (kCatalogMismatch naming both ids, or both
+  // fingerprints and counts). A snapshot that a publisher bound to this
+  // same repository published has passed that check (Snapshot::
+  // checked_against) and is not checked again: the per-query cost is one
+  // pointer comparison.
   Result<void> check_snapshot(const Snapshot& snapshot) const;
 
   const ServiceOptions& options() const noexcept { return options_; }

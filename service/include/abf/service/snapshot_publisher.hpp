@@ -4,7 +4,8 @@
 // snapshot for as long as it holds it, whatever is published meanwhile.
 //
 // A publisher may be bound to one catalog: it then publishes only snapshots
-// whose catalogId is that catalog's (check_snapshot_catalog).
+// of that catalog that hold what the catalog holds at their version
+// (check_snapshot_binding).
 //
 // A snapshot here is a filter set (PROTOCOL.md section 13): a plain ABF1
 // snapshot is published as a set of one shard, a filter-set manifest as the
@@ -26,6 +27,7 @@
 #include "abf/filter.hpp"
 #include "abf/filter_set.hpp"
 #include "abf/scheme.hpp"
+#include "abf/service/artifact_repository.hpp"
 #include "abf/snapshot.hpp"
 
 namespace abf::service {
@@ -41,6 +43,11 @@ struct Snapshot {
   std::string source;            // the file it came from, or "<memory>"
   std::uint64_t generation = 0;  // 1 for the first publish, +1 for each
   std::chrono::steady_clock::time_point published_at{};
+  // The catalog whose binding check (check_snapshot_binding) this snapshot
+  // passed when it was published, if the publisher was bound; a service over
+  // that same store need not check it again (a version's contents never
+  // change once committed).
+  const ArtifactRepository* checked_against = nullptr;
 
   std::uint64_t catalog_version() const noexcept { return filter.catalog_version(); }
   const CatalogId& catalog_id() const noexcept { return filter.catalog_id(); }
@@ -56,6 +63,35 @@ struct Snapshot {
 // (A Filter converts to a one-shard FilterSet.)
 Result<void> check_snapshot_catalog(const FilterSet& filter, std::string_view source,
                                     const CatalogId& expected, std::string_view catalog);
+
+// Whether a snapshot of the right catalog (check_snapshot_catalog passed)
+// holds exactly what `catalog` (named `catalog_name`) holds at the
+// snapshot's catalogVersion (docs/protocol.md, section 8): the same id and
+// version alone do not say so (a catalog restored from a backup and changed
+// since has another version N; a build from a few of its digests given its
+// --catalog-id; a header rewritten with checksums recomputed). In order:
+//   - the version exists in the catalog (a snapshot newer than the
+//     catalog's latest version is refused);
+//   - the snapshot carries a content fingerprint (every shard of a set);
+//   - its fingerprint and insertedItemCount equal the catalog's at that
+//     version (CatalogContent);
+//   - its payload passes check_fill with FillCheck::kDistinctInsertions
+//     (a catalog version's digests are distinct);
+//   - it answers maybe for each of 64 digests the catalog holds at that
+//     version, picked at random (ArtifactRepository::sample_at_version): a
+//     filter of those digests never answers absent for one of them.
+// kSnapshotImplausibleFill for the fill; kCatalogMismatch for the others,
+// naming the snapshot, the catalog, the version and both fingerprints and
+// counts (or the digest answered absent), and saying how to rebuild it; the
+// catalog's own error (kCatalog) when it cannot answer.
+Result<void> check_snapshot_content(const FilterSet& filter, std::string_view source,
+                                    ArtifactRepository& catalog, std::string_view catalog_name);
+
+// Everything a snapshot must pass to answer for the catalog `catalog` holds
+// (catalog.catalog_binding()): check_snapshot_catalog, then
+// check_snapshot_content. Nothing when the store names no catalog.
+Result<void> check_snapshot_binding(const FilterSet& filter, std::string_view source,
+                                    ArtifactRepository& catalog);
 
 // Holds the serving snapshot. Any number of threads may call current() while
 // one or more threads publish; publishing calls are serialized among
@@ -77,12 +113,13 @@ class SnapshotPublisher {
   // `metrics` (optional, must outlive the publisher) counts publishes and
   // load failures. Unbound: any verified snapshot is published.
   explicit SnapshotPublisher(Metrics* metrics = nullptr);
-  // Bound to the catalog `catalog_id` (named `catalog_name` in messages, e.g.
-  // "catalog /srv/c.db"): every publish first checks the snapshot with
-  // check_snapshot_catalog, and a refusal (kCatalogMismatch) counts as a
-  // load failure and keeps the serving snapshot. Binding to a zero id
-  // refuses every snapshot (a catalog without an id yet).
-  SnapshotPublisher(Metrics* metrics, const CatalogId& catalog_id, std::string catalog_name);
+  // Bound to the catalog `catalog` holds (its catalog_binding(), read once;
+  // `catalog` must outlive the publisher): every publish, the first and
+  // every reload, first checks the snapshot with check_snapshot_binding, and
+  // a refusal counts as a load failure and keeps the serving snapshot. A
+  // store with a zero id refuses every snapshot (a catalog without an id
+  // yet); a store that names no catalog leaves the publisher unbound.
+  SnapshotPublisher(Metrics* metrics, ArtifactRepository& catalog);
   SnapshotPublisher(const SnapshotPublisher&) = delete;
   SnapshotPublisher& operator=(const SnapshotPublisher&) = delete;
   ~SnapshotPublisher();
@@ -110,6 +147,8 @@ class SnapshotPublisher {
 
   // The catalog this publisher is bound to; none when unbound.
   const std::optional<CatalogId>& catalog_id() const noexcept { return catalog_id_; }
+  // The store it checks snapshots against; null when unbound.
+  ArtifactRepository* catalog() const noexcept { return catalog_; }
 
   // The serving snapshot, or null before the first successful publish.
   // Lock-free; the returned snapshot stays valid while it is held.
@@ -134,7 +173,7 @@ class SnapshotPublisher {
   std::atomic<std::uint64_t> failures_{0};
   Metrics* metrics_ = nullptr;
   std::optional<CatalogId> catalog_id_;  // set once, at construction
-  std::string catalog_name_;
+  ArtifactRepository* catalog_ = nullptr;
 };
 
 }  // namespace abf::service

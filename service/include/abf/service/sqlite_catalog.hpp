@@ -172,6 +172,13 @@ class SqliteCatalog final : public ArtifactRepository {
   // version does not exist yet; kCatalog for a damaged row.
   Result<CatalogContent> content_at_version(std::uint64_t catalog_version) override;
 
+  // ArtifactRepository: `count` random 32-byte keys, each answered by the
+  // first digest present at the version at or after it (wrapping around),
+  // one B-tree seek each, in one read transaction; duplicates dropped. When
+  // the version holds no more than `count` digests, all of them (a walk).
+  Result<std::vector<Digest>> sample_at_version(std::uint64_t catalog_version,
+                                                std::size_t count) override;
+
   Result<CatalogStats> stats();
 
   const std::filesystem::path& path() const noexcept;
