@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -423,6 +426,75 @@ TEST(ServiceHeadTest, DedupWithASnapshotOfTheVersionBeforeListsNoAddedDigestAsNe
     auto lag = service.lag();
     ASSERT_TRUE(lag.has_value());
     EXPECT_EQ(lag->digests_added, 1000u);
+  }
+  fs::remove_all(dir);
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// `abf serve --follow`'s incremental rebuild: the filter of version v with
+// the digests added since set is, byte for byte, the fresh build of the
+// head (unkeyed and keyed); after a removal, or beyond the capacity, it is
+// refused (a full build is needed).
+TEST(ServiceHeadTest, AdvancedFilterIsBitIdenticalToAFreshBuildOfTheHead) {
+  char pattern[] = "/tmp/abf-head-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const fs::path dir = pattern;
+  {
+    auto catalog = SqliteCatalog::create(dir / "c.db");
+    ASSERT_TRUE(catalog.has_value());
+    const BloomSpec spec{.expected_item_count = 5000, .target_fpp = 0.01};
+    ASSERT_TRUE(catalog->add(test::random_digests(1500, 71)).has_value());
+    ASSERT_TRUE(catalog->remove(test::random_digests(100, 71)).has_value());  // version 2
+    for (const std::optional<Key>& key : {std::optional<Key>{}, std::optional<Key>{test::golden_key().key}}) {
+      SCOPED_TRACE(key ? "keyed" : "unkeyed");
+      const std::uint64_t v = *catalog->latest_version();
+      auto base = build_filter_from_catalog(*catalog, v, spec, key);
+      ASSERT_TRUE(base.has_value()) << base.error().describe();
+      for (int step = 0; step < 3; ++step) {
+        ASSERT_TRUE(
+            catalog->add(test::random_digests(300 + step, 72 + step + (key ? 10 : 0))).has_value());
+      }
+      // Some already present: they are no new addition.
+      ASSERT_TRUE(catalog->add(test::random_digests(200, 71)).has_value());
+      const std::uint64_t head = *catalog->latest_version();
+      auto advanced = advance_filter(*base, *catalog, head, key);
+      ASSERT_TRUE(advanced.has_value()) << advanced.error().describe();
+      auto fresh = build_filter_from_catalog(*catalog, head, spec, key);
+      ASSERT_TRUE(fresh.has_value());
+      EXPECT_EQ(advanced->catalog_version(), head);
+      EXPECT_EQ(advanced->inserted_item_count(), fresh->inserted_item_count());
+      ASSERT_TRUE(save_snapshot(*advanced, dir / "advanced.abf").has_value());
+      ASSERT_TRUE(save_snapshot(*fresh, dir / "fresh.abf").has_value());
+      const std::string bytes = file_bytes(dir / "fresh.abf");
+      ASSERT_GT(bytes.size(), 128u);
+      EXPECT_TRUE(bytes == file_bytes(dir / "advanced.abf"));
+      if (key) {
+        auto keyless = advance_filter(*base, *catalog, head, std::nullopt);
+        ASSERT_FALSE(keyless.has_value());
+        EXPECT_EQ(keyless.error().code, ErrorCode::kKeyRequired);
+      }
+    }
+    // Beyond the capacity: refused, never a filter past its design.
+    const std::uint64_t full = *catalog->count_at_version(*catalog->latest_version());
+    auto small = build_filter_from_catalog(*catalog, *catalog->latest_version(),
+                                           {.expected_item_count = full + 50, .target_fpp = 0.01});
+    ASSERT_TRUE(small.has_value()) << small.error().describe();
+    ASSERT_TRUE(catalog->add(test::random_digests(100, 90)).has_value());
+    auto over = advance_filter(*small, *catalog, *catalog->latest_version(), std::nullopt);
+    ASSERT_FALSE(over.has_value());
+    EXPECT_EQ(over.error().code, ErrorCode::kCapacityExceeded);
+    // After a removal: refused (a filter cannot forget).
+    auto before = build_filter_from_catalog(*catalog, *catalog->latest_version(),
+                                            {.expected_item_count = 9000, .target_fpp = 0.01});
+    ASSERT_TRUE(before.has_value());
+    ASSERT_TRUE(catalog->remove(test::random_digests(10, 90)).has_value());
+    auto removed = advance_filter(*before, *catalog, *catalog->latest_version(), std::nullopt);
+    ASSERT_FALSE(removed.has_value());
+    EXPECT_EQ(removed.error().code, ErrorCode::kInvalidArgument);
   }
   fs::remove_all(dir);
 }

@@ -1265,6 +1265,61 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
   return build_filter_from_catalog(catalog, catalog_version, spec, std::nullopt, backend);
 }
 
+Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
+                              std::uint64_t catalog_version, const std::optional<Key>& key,
+                              Backend backend) {
+  const std::string where = "advancing the filter of catalog " + catalog.path().string() +
+                            " version " + version_text(base.catalog_version()) + " to " +
+                            version_text(catalog_version);
+  if (!catalog.catalog_id() || base.catalog_id() != *catalog.catalog_id()) {
+    return fail(ErrorCode::kInvalidArgument, where + ": the filter is of catalog " +
+                                                 base.catalog_id().hex() + ", not of this one");
+  }
+  if (base.catalog_version() > catalog_version) {
+    return fail(ErrorCode::kInvalidArgument, where + ": the filter is newer");
+  }
+  auto changes = catalog.changes_between(base.catalog_version(), catalog_version);
+  if (!changes) return std::unexpected(changes.error());
+  if (changes->removed != 0) {
+    // A Bloom filter cannot forget a digest: only a full build is exact.
+    return fail(ErrorCode::kInvalidArgument,
+                where + ": " + std::to_string(changes->removed) +
+                    " digests were removed since; only a full build drops them");
+  }
+  if (base.inserted_item_count() + changes->added > base.expected_item_count()) {
+    return fail(ErrorCode::kCapacityExceeded,
+                where + ": " + std::to_string(base.inserted_item_count()) + " + " +
+                    std::to_string(changes->added) + " digests exceed the expected item count " +
+                    std::to_string(base.expected_item_count()));
+  }
+  // The added digests in a filter of the same spec, key and labels, then
+  // OR-ed with base's bits: the same positions a build of both sets sets.
+  auto builder = FilterBuilder::create(
+      base.info().spec, BuildOptions{.catalog_version = catalog_version,
+                                     .catalog_id = base.catalog_id(),
+                                     .key = key});
+  if (!builder) return std::unexpected(builder.error());
+  if (!(builder->info().scheme == base.scheme())) {
+    return fail(key ? ErrorCode::kKeyMismatch : ErrorCode::kKeyRequired,
+                where + ": the filter's hash scheme (protocol " +
+                    std::to_string(base.hash_protocol_version()) +
+                    ") is not the one this key (or no key) makes");
+  }
+  auto read = catalog.for_each_digest_added(
+      base.catalog_version(), catalog_version,
+      [&](std::span<const Digest> chunk) { return builder->add(chunk, backend); });
+  if (!read) return std::unexpected(read.error());
+  auto added = std::move(*builder).finish();
+  if (!added) return std::unexpected(added.error());
+  const std::span<const std::uint64_t> old_words = base.words();
+  const std::span<const std::uint64_t> new_words = added->words();
+  auto words = allocate_words(old_words.size());
+  for (std::size_t i = 0; i < old_words.size(); ++i) words.get()[i] = old_words[i] | new_words[i];
+  FilterInfo info = added->info();
+  info.inserted_item_count = base.inserted_item_count() + added->inserted_item_count();
+  return Filter::from_words(info, std::move(words), old_words.size());
+}
+
 Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
                                                 std::uint64_t catalog_version,
                                                 const BloomSpec& spec, std::uint32_t shard_count,

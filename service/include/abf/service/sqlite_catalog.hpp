@@ -219,6 +219,23 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
                                          const BloomSpec& spec, Backend backend = Backend::kAuto);
 
+// The filter of the catalog at `catalog_version`, made from `base`, a filter
+// of this catalog at an older version v (PROTOCOL.md section 8, `abf serve
+// --follow`): when nothing was removed in (v, catalog_version], a copy of
+// base's bits with every digest added since set, under base's spec and
+// layout, and labelled `catalog_version`. When base is what
+// build_filter_from_catalog made at v (same spec and key), the result is
+// bit for bit what it makes at `catalog_version` (no digest is both in base
+// and added since, so insertedItemCount adds up too). `key`: base's key,
+// for a keyed base (kKeyRequired without it). kInvalidArgument when base
+// is not of this catalog (its catalogId), is newer than `catalog_version`,
+// or digests were removed since (then only a full build is exact);
+// kCapacityExceeded when base's inserted count plus the added digests
+// exceed its expected item count; store errors as they are.
+Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
+                              std::uint64_t catalog_version, const std::optional<Key>& key,
+                              Backend backend = Backend::kAuto);
+
 // The same as a filter set of `shard_count` shards (FilterSetBuilder, the
 // set's errors first: shard count, spec, kFilterTooLarge for shards too
 // large), for catalogs larger than one filter holds. `abf build
