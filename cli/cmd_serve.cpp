@@ -41,6 +41,9 @@ struct ServeOptions {
   unsigned idle_timeout = 0;
   unsigned http_threads = 0;
   std::optional<std::uint64_t> head_cache_digests;
+  bool follow = false;
+  std::optional<std::uint64_t> follow_lag_versions;
+  std::optional<std::uint64_t> follow_lag_digests;
 };
 
 #ifdef ABF_WITH_SERVER
@@ -82,6 +85,9 @@ Result<server::ServerConfig> make_config(const ServeOptions& options) {
   if (options.idle_timeout > 0) config.idle_timeout_seconds = options.idle_timeout;
   if (options.http_threads > 0) config.http_threads = options.http_threads;
   if (options.head_cache_digests) config.head.cache_digests = *options.head_cache_digests;
+  if (options.follow) config.head.follow = true;
+  if (options.follow_lag_versions) config.head.follow_lag_versions = *options.follow_lag_versions;
+  if (options.follow_lag_digests) config.head.follow_lag_digests = *options.follow_lag_digests;
   if (auto ok = server::validate(config); !ok) return std::unexpected(ok.error());
   return config;
 }
@@ -183,7 +189,7 @@ Command add_serve_command(CLI::App& root) {
       "Every answer is exact at the catalog's newest version, read once per request (header\n"
       "X-Abf-Catalog-Version, gRPC trailer x-abf-catalog-version): the filter proves absence,\n"
       "the catalog answers every maybe and every absent the catalog may have added after the\n"
-      "snapshot's version. SIGHUP or POST /admin/reload re-read each snapshot (a bad one is refused,\n"
+      "snapshot's version. --follow rebuilds a lagging snapshot in the background. SIGHUP or POST /admin/reload re-read each snapshot (a bad one is refused,\n"
       "counted, and the old one keeps serving); SIGTERM stops gracefully.\n"
       "Prints one JSON ready line on stdout ({\"event\":\"ready\",\"http\":\"HOST:PORT\",...});\n"
       "logs (one JSON object a line, an access line per request, digests never at info) on\n"
@@ -231,6 +237,15 @@ Command add_serve_command(CLI::App& root) {
                   "(32 bytes each; default 2097152); beyond it every filter absent is a\n"
                   "catalog lookup")
       ->check(CLI::NonNegativeNumber);
+  app->add_flag("--follow", options->follow,
+                "Rebuild and publish each tenant's snapshot in the background once it lags its\n"
+                "catalog (the server then writes the snapshot file, atomically)");
+  app->add_option("--follow-lag-versions", options->follow_lag_versions,
+                  "With --follow: rebuild at this many versions behind (default 8)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--follow-lag-digests", options->follow_lag_digests,
+                  "With --follow: rebuild at this many digests added since (default 100000)")
+      ->check(CLI::PositiveNumber);
   return {app, [options, app] {
             options->listen_given = app->count("--listen") > 0;
             return run_serve(*options);

@@ -244,9 +244,24 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
     const json& head = root["head"];
     const std::string at = where + ": head";
     if (!head.is_object()) return invalid(at + ": expected an object");
-    if (auto ok = only_keys(head, {"cache_digests"}, at); !ok) return std::unexpected(ok.error());
-    if (auto ok = field(head, "cache_digests", config.head.cache_digests, at); !ok) {
+    if (auto ok = only_keys(head,
+                            {"cache_digests", "follow", "follow_lag_versions",
+                             "follow_lag_digests", "follow_poll_ms"},
+                            at);
+        !ok) {
       return std::unexpected(ok.error());
+    }
+    for (auto ok : {field(head, "cache_digests", config.head.cache_digests, at),
+                    field(head, "follow", config.head.follow, at),
+                    field(head, "follow_lag_versions", config.head.follow_lag_versions, at),
+                    field(head, "follow_lag_digests", config.head.follow_lag_digests, at),
+                    field(head, "follow_poll_ms", config.head.follow_poll_ms, at)}) {
+      if (!ok) return std::unexpected(ok.error());
+    }
+    if (config.head.follow_lag_versions == 0 || config.head.follow_lag_digests == 0 ||
+        config.head.follow_poll_ms == 0) {
+      return invalid(at + ": follow_lag_versions, follow_lag_digests and follow_poll_ms must be "
+                          "at least 1");
     }
   }
   if (root.contains("rate_limit")) {

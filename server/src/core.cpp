@@ -376,6 +376,20 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
   core->released_.resize(core->tenants_.size());
   core->last_release_ = std::chrono::steady_clock::now();
   core->reload("start");
+  if (config.head.follow) {
+    for (const auto& tenant : core->tenants_) {
+      service::CatalogOpenOptions open_options;
+      open_options.read_only = true;
+      auto catalog = service::SqliteCatalog::open(tenant->config.db, open_options);
+      if (!catalog) {
+        return fail(catalog.error().code,
+                    "tenant " + tenant->config.name + ": " + catalog.error().message);
+      }
+      tenant->follow_catalog = std::make_unique<service::SqliteCatalog>(std::move(*catalog));
+    }
+    Core* self = core.get();
+    core->follower_ = std::jthread([self](std::stop_token stop) { self->follow_loop(stop); });
+  }
   return core;
 }
 
@@ -656,6 +670,17 @@ std::string Core::prometheus() const {
   for (const auto& [name, lag] : lags) {
     out += "artifact_bloom_serve_snapshot_lag_digests{tenant=\"" + label_value(name) + "\"} " +
            std::to_string(lag.digests_added) + "\n";
+  }
+  if (config_.head.follow) {
+    family("artifact_bloom_serve_follow_rebuilds_total", "counter",
+           "Snapshots rebuilt and published by --follow, by result.");
+    for (const auto& tenant : tenants_) {
+      const std::string label = "tenant=\"" + label_value(tenant->config.name) + "\"";
+      out += "artifact_bloom_serve_follow_rebuilds_total{" + label + ",result=\"ok\"} " +
+             std::to_string(tenant->follow_ok.load()) + "\n";
+      out += "artifact_bloom_serve_follow_rebuilds_total{" + label + ",result=\"failed\"} " +
+             std::to_string(tenant->follow_failed.load()) + "\n";
+    }
   }
   family("artifact_bloom_serve_reloads_total", "counter",
          "Snapshot reloads (start, SIGHUP, POST /admin/reload) by result.");

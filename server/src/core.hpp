@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -12,8 +13,10 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -60,6 +63,13 @@ struct Tenant {
   // Digests answered missing (exactly), counted after `metrics` counted
   // their filter answers: what the metrics release waits for.
   std::atomic<std::uint64_t> missing_answered{0};
+  // --follow (ServerConfig::head.follow): the follower's own read-only
+  // connection (a rebuild's long read never holds up the answers' one), its
+  // rebuilds by result, and when the last one failed (retried after a pause).
+  std::unique_ptr<service::SqliteCatalog> follow_catalog;
+  std::atomic<std::uint64_t> follow_ok{0};
+  std::atomic<std::uint64_t> follow_failed{0};
+  std::chrono::steady_clock::time_point follow_failed_at{};
 };
 
 // The endpoints of the latency histogram (front and endpoint labels).
@@ -204,6 +214,13 @@ class Core {
   Result<void> reload_tenant(Tenant& tenant, std::string_view trigger, TenantReload& report);
   // Takes the due releases (ServerConfig::metrics_release_*); under release_mutex_.
   void release_metrics() const;
+  // --follow (follow.cpp): every head.follow_poll_ms, each tenant whose
+  // snapshot lags past the bounds is rebuilt, saved and published, one
+  // tenant at a time, on this one thread.
+  void follow_loop(std::stop_token stop);
+  // Rebuilds `tenant`'s snapshot when its lag is past the bounds; false
+  // when nothing was due.
+  Result<bool> follow_tenant(Tenant& tenant);
 
   ServerConfig config_;
   std::unique_ptr<Logger> logger_;
@@ -234,6 +251,10 @@ class Core {
   mutable std::vector<Release> released_;  // one per tenant, in tenants_' order
   mutable std::array<LatencyHistogram::Values, kEndpointCount> released_latency_{};
   mutable std::chrono::steady_clock::time_point last_release_{};
+  // Last: stopped and joined first when the Core goes.
+  std::mutex follow_mutex_;
+  std::condition_variable_any follow_wake_;
+  std::jthread follower_;
 };
 
 }  // namespace abf::server

@@ -89,11 +89,12 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_no_digest_is_missing_once_its_catalog_add_returned(self):
-        """Clients query while a writer adds digests in a loop; a digest whose
-        `catalog add` has returned is never answered missing. Bounded: 25
-        adds or 8 seconds."""
+        """Clients query while a writer adds digests in a loop (and --follow
+        republishes meanwhile); a digest whose `catalog add` has returned is
+        never answered missing. Bounded: 25 adds or 8 seconds."""
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
                                 "--head-cache-digests", 300,  # crossed midway
+                                "--follow", "--follow-lag-versions", 5,  # rebuilds meanwhile
                                 "--idle-timeout", 2)
         committed = []  # digests whose add returned
         lock = threading.Lock()
@@ -144,6 +145,71 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
         self.assertEqual(failures, [])
         self.assertGreater(asked[0], 0)
         self.assertEqual(status, 0)
+        rebuilt = [line for line in support_log_lines(server)
+                   if line.get("event") == "snapshot_rebuilt"]
+        self.assertGreaterEqual(len(rebuilt), 1)
+
+
+class Follow(unittest.TestCase):
+    """`abf serve --follow` rebuilds and publishes the snapshot once it lags:
+    incrementally after additions (the file equals a fresh build, byte for
+    byte), fully after a removal; answers stay exact and the lag returns
+    to 0."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="abf-serve-follow-")
+        self.catalog = support.Catalog(self.dir, expected_items=20000)
+        self.catalog.add(FIRST)
+        self.catalog.build()  # version 1
+        self.session = requests.Session()
+
+    def tearDown(self):
+        self.session.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_for_lag_zero(self, server, version, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            tenant = self.session.get(server.url + "/readyz", timeout=10).json()["tenants"]["default"]
+            if tenant["catalog_version"] == version and tenant["lag"]["versions"] == 0:
+                return tenant
+            time.sleep(0.1)
+        raise AssertionError("the snapshot did not reach version %d: %r" % (version, tenant))
+
+    def test_follow_republishes_and_the_lag_returns_to_zero(self):
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--follow", "--follow-lag-versions", 1, "--idle-timeout", 2)
+        try:
+            self.catalog.add(SECOND)  # version 2
+            missing, version = find_missing(self.session, server.url, SECOND + NEVER)
+            self.assertEqual((set(missing), version), (set(NEVER), 2))
+            tenant = self.wait_for_lag_zero(server, 2)
+            self.assertEqual(tenant["lag"], {"head_version": 2, "versions": 0, "digests_added": 0})
+            # Incremental, and the file is what a fresh build of version 2 makes.
+            fresh = self.catalog.build(output=os.path.join(self.dir, "fresh.abf"), version=2)
+            with open(fresh, "rb") as a, open(self.catalog.snapshot, "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            missing, version = find_missing(self.session, server.url, FIRST + SECOND + NEVER)
+            self.assertEqual((set(missing), version), (set(NEVER), 2))
+            # A removal: a full build drops the removed digests.
+            self.catalog.remove(SECOND[:100])  # version 3
+            self.wait_for_lag_zero(server, 3)
+            missing, version = find_missing(self.session, server.url, SECOND + NEVER)
+            self.assertEqual((set(missing), version), (set(SECOND[:100] + NEVER), 3))
+            text = self.session.get(server.url + "/metrics", timeout=10).text
+            self.assertEqual(support.metric(text, "artifact_bloom_serve_follow_rebuilds_total",
+                                            tenant="default", result="ok"), 2)
+        finally:
+            self.session.close()
+            self.assertEqual(server.stop(), 0)
+        kinds = [line["kind"] for line in support_log_lines(server) if
+                 line.get("event") == "snapshot_rebuilt"]
+        self.assertEqual(kinds, ["incremental", "full"])
+
+
+def support_log_lines(server):
+    import json
+    return [json.loads(line) for line in server.last_log.splitlines() if line.startswith("{")]
 
 
 if __name__ == "__main__":

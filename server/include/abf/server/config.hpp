@@ -45,6 +45,14 @@ struct HeadConfig {
   // tenant (32 bytes each; ServiceOptions::head_cache_digests). Beyond it
   // every filter `absent` is a catalog lookup until the snapshot is rebuilt.
   std::uint64_t cache_digests = std::uint64_t{1} << 21;
+  // `abf serve --follow`: rebuild and publish a tenant's snapshot in the
+  // background once it lags its catalog by follow_lag_versions versions or
+  // follow_lag_digests added digests (checked every follow_poll_ms). The
+  // server then writes the tenant's snapshot file (atomically).
+  bool follow = false;
+  std::uint64_t follow_lag_versions = 8;
+  std::uint64_t follow_lag_digests = 100000;
+  unsigned follow_poll_ms = 1000;
 };
 
 struct ServerConfig {
