@@ -1317,6 +1317,12 @@ Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
   for (std::size_t i = 0; i < old_words.size(); ++i) words.get()[i] = old_words[i] | new_words[i];
   FilterInfo info = added->info();
   info.inserted_item_count = base.inserted_item_count() + added->inserted_item_count();
+  // The fingerprint of a union of disjoint sets is the sum of theirs; a base
+  // without one leaves the result without one (as a merge would).
+  info.content_fingerprint = base.info().content_fingerprint && info.content_fingerprint
+                                 ? std::optional(*base.info().content_fingerprint +
+                                                 *info.content_fingerprint)
+                                 : std::nullopt;
   return Filter::from_words(info, std::move(words), old_words.size());
 }
 
