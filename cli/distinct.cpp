@@ -1,13 +1,19 @@
 #include "distinct.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <tbb/parallel_sort.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <queue>
 #include <random>
 #include <utility>
@@ -16,13 +22,6 @@ namespace abf::cli {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
-
-bool is_zero(const Digest& digest) noexcept {
-  for (const std::uint8_t byte : digest.bytes) {
-    if (byte != 0) return false;
-  }
-  return true;
-}
 
 std::uint64_t load64(const std::uint8_t* bytes) noexcept {
   std::uint64_t value;
@@ -196,49 +195,214 @@ Result<void> DistinctDigests::finish(
 
 // ------------------------------------------------------------------ DigestSet
 
-DigestSet::DigestSet() : slots_(1024), seed_(std::random_device{}() | 1) {}
+namespace {
 
-std::size_t DigestSet::slot_of(const Digest& digest) const noexcept {
-  // Digests from the input are not trusted to be uniform: all four words are
-  // mixed with a per-process seed, so crafted inputs cannot pile into one
-  // run of slots.
-  std::uint64_t h = seed_;
-  for (std::size_t i = 0; i < Digest::kSize; i += 8) {
-    h = (h ^ load64(digest.bytes.data() + i)) * 0x9e3779b97f4a7c15ull;
-    h ^= h >> 29;
-  }
-  return static_cast<std::size_t>(h) & (slots_.size() - 1);
+// A slot: the digest's index + 1 in the low 40 bits (0: an empty slot), and
+// the top 24 bits of its hash above them (tables stay below 2^40 slots, so
+// those bits are not the ones that chose the slot).
+constexpr unsigned kIndexBits = 40;
+constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+constexpr std::size_t kMinSlots = 64;
+// The batch insert hashes this many digests, then probes them while
+// prefetching the slot kPrefetchDistance ahead: with a table beyond the
+// caches each probe is a cache miss of ~100 ns, and about that many of them
+// are then in flight at once instead of one.
+constexpr std::size_t kHashChunk = 256;
+constexpr std::size_t kPrefetchDistance = 16;
+
+bool same_bytes(const std::uint8_t* a, const std::uint8_t* b) noexcept {
+  return ((load64(a) ^ load64(b)) | (load64(a + 8) ^ load64(b + 8)) |
+          (load64(a + 16) ^ load64(b + 16)) | (load64(a + 24) ^ load64(b + 24))) == 0;
 }
 
-bool DigestSet::insert(const Digest& digest) {
-  if (is_zero(digest)) {
-    if (has_zero_) return false;
-    has_zero_ = true;
-    ++size_;
-    return true;
+std::uint64_t random_seed() {
+  std::random_device device;
+  return (std::uint64_t{device()} << 32) ^ device();
+}
+
+}  // namespace
+
+DigestSet::DigestSet() : seed_(random_seed()) {}
+
+void DigestSet::Unmap::operator()(std::uint8_t* data) const noexcept {
+  if (data != nullptr) ::munmap(data, bytes);
+}
+
+DigestSet::Mapping DigestSet::map_zeroed(std::size_t bytes) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  constexpr int kProtection = PROT_READ | PROT_WRITE;
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (bytes < kHugePage) {
+    void* data = ::mmap(nullptr, bytes, kProtection, kFlags, -1, 0);
+    if (data == MAP_FAILED) throw std::bad_alloc();
+    return Mapping(static_cast<std::uint8_t*>(data), Unmap{bytes});
   }
-  if ((size_ + 1) * 4 > slots_.size() * 3) grow();
-  const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = slot_of(digest);; i = (i + 1) & mask) {
-    if (slots_[i] == digest) return false;
-    if (is_zero(slots_[i])) {
-      slots_[i] = digest;
+  // Whole huge pages on a huge page boundary: map one page more, then give
+  // back what lies outside the aligned range.
+  bytes = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+  void* mapped = ::mmap(nullptr, bytes + kHugePage, kProtection, kFlags, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  auto* start = static_cast<std::uint8_t*>(mapped);
+  const std::size_t head =
+      (kHugePage - reinterpret_cast<std::uintptr_t>(start) % kHugePage) % kHugePage;
+  if (head > 0) ::munmap(start, head);
+  ::munmap(start + head + bytes, kHugePage - head);
+  ::madvise(start + head, bytes, MADV_HUGEPAGE);  // a hint: refused, 4 KiB pages serve
+  return Mapping(start + head, Unmap{bytes});
+}
+
+std::uint64_t DigestSet::hash(const std::uint8_t* digest) const noexcept {
+  // Digests from the input are not trusted to be uniform: all four words are
+  // mixed with the per-process seed, so crafted inputs cannot pile into one
+  // run of slots; the last multiply and shift spread every word into both
+  // the low bits (the slot) and the top ones (kept in the slot).
+  constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ull;
+  std::uint64_t h = (seed_ ^ load64(digest)) * kOdd;
+  h = ((h ^ (h >> 29)) ^ load64(digest + 8)) * kOdd;
+  h = ((h ^ (h >> 29)) ^ load64(digest + 16)) * kOdd;
+  h = ((h ^ (h >> 29)) ^ load64(digest + 24)) * kOdd;
+  h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 32);
+}
+
+Digest DigestSet::operator[](std::size_t index) const noexcept {
+  Digest digest;
+  std::memcpy(digest.bytes.data(), stored(index), Digest::kSize);
+  return digest;
+}
+
+void DigestSet::add_block() { blocks_.push_back(map_zeroed(kBlockDigests * Digest::kSize)); }
+
+inline bool DigestSet::probe_or_add(const Digest& digest, std::uint64_t h) {
+  std::uint64_t* const table = slots();
+  const std::size_t mask = slot_count_ - 1;
+  const std::uint64_t tag = h & ~kIndexMask;
+  for (std::size_t i = static_cast<std::size_t>(h) & mask;; i = (i + 1) & mask) {
+    const std::uint64_t slot = table[i];
+    if (slot == 0) {
+      table[i] = tag | (size_ + 1);
+      if ((size_ & (kBlockDigests - 1)) == 0) [[unlikely]] add_block();
+      std::memcpy(blocks_.back().get() + (size_ & (kBlockDigests - 1)) * Digest::kSize,
+                  digest.bytes.data(), Digest::kSize);
       ++size_;
       return true;
+    }
+    // The hash bits only rule digests out; equality is the whole digest's.
+    if ((slot & ~kIndexMask) == tag &&
+        same_bytes(stored((slot & kIndexMask) - 1), digest.bytes.data())) {
+      return false;
     }
   }
 }
 
-void DigestSet::grow() {
-  std::vector<Digest> old(slots_.size() * 2);
-  old.swap(slots_);
-  const std::size_t mask = slots_.size() - 1;
-  for (const Digest& digest : old) {
-    if (is_zero(digest)) continue;
-    std::size_t i = slot_of(digest);
-    while (!is_zero(slots_[i])) i = (i + 1) & mask;
-    slots_[i] = digest;
+void DigestSet::ensure(std::size_t more) {
+  const std::size_t need = size_ + more;
+  if (need * 2 <= slot_count_) return;
+  std::size_t count = std::max(slot_count_, kMinSlots);
+  while (need * 2 > count) count *= 2;
+  rebuild(count);
+}
+
+void DigestSet::rebuild(std::size_t slot_count) {
+  table_ = map_zeroed(slot_count * sizeof(std::uint64_t));  // all empty
+  slot_count_ = slot_count;
+  std::uint64_t* const table = slots();
+  const std::size_t mask = slot_count - 1;
+  std::uint64_t hashes[kHashChunk];
+  for (std::size_t begin = 0; begin < size_; begin += kHashChunk) {
+    const std::size_t n = std::min(kHashChunk, size_ - begin);
+    for (std::size_t j = 0; j < n; ++j) {
+      hashes[j] = hash(stored(begin + j));
+      if (j < kPrefetchDistance) __builtin_prefetch(&table[hashes[j] & mask], 1);
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j + kPrefetchDistance < n) {
+        __builtin_prefetch(&table[hashes[j + kPrefetchDistance] & mask], 1);
+      }
+      // The digests held are distinct: only an empty slot is looked for.
+      std::size_t i = static_cast<std::size_t>(hashes[j]) & mask;
+      while (table[i] != 0) i = (i + 1) & mask;
+      table[i] = (hashes[j] & ~kIndexMask) | (begin + j + 1);
+    }
   }
+}
+
+std::size_t DigestSet::longest_run() const noexcept {
+  const std::uint64_t* const table = slots();
+  std::size_t longest = 0;
+  std::size_t run = 0;
+  // Twice round, so a run that wraps past the end is counted whole.
+  for (std::size_t i = 0; i < 2 * slot_count_; ++i) {
+    run = table[i & (slot_count_ - 1)] != 0 ? run + 1 : 0;
+    longest = std::max(longest, std::min(run, slot_count_));
+  }
+  return longest;
+}
+
+void DigestSet::reserve(std::size_t count) {
+  if (count > size_) ensure(count - size_);
+}
+
+bool DigestSet::insert(const Digest& digest) {
+  ensure(1);
+  return probe_or_add(digest, hash(digest.bytes.data()));
+}
+
+std::size_t DigestSet::insert(std::span<const Digest> digests, std::span<bool> inserted) {
+  std::size_t added = 0;
+  std::uint64_t hashes[kHashChunk];
+  for (std::size_t begin = 0; begin < digests.size(); begin += kHashChunk) {
+    const std::size_t n = std::min(kHashChunk, digests.size() - begin);
+    // Room for the whole chunk first, so no slot moves while it is probed
+    // (at most kHashChunk digests' worth of table more than needed).
+    ensure(n);
+    const std::uint64_t* const table = slots();
+    const std::size_t mask = slot_count_ - 1;
+    for (std::size_t j = 0; j < n; ++j) {
+      hashes[j] = hash(digests[begin + j].bytes.data());
+      if (j < kPrefetchDistance) __builtin_prefetch(&table[hashes[j] & mask], 1);
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j + kPrefetchDistance < n) {
+        __builtin_prefetch(&table[hashes[j + kPrefetchDistance] & mask], 1);
+      }
+      const bool is_new = probe_or_add(digests[begin + j], hashes[j]);
+      if (!inserted.empty()) inserted[begin + j] = is_new;
+      added += is_new ? 1 : 0;
+    }
+  }
+  return added;
+}
+
+// ------------------------------------------------------------- write_hex_line
+
+char* write_hex_line(const Digest& digest, char* out) noexcept {
+#if defined(__SSE2__)
+  // Each byte's two nibbles side by side, high first, then '0' + n, plus
+  // 'a' - '0' - 10 = 39 where n > 9.
+  const __m128i low_nibble = _mm_set1_epi8(0x0f);
+  const __m128i nine = _mm_set1_epi8(9);
+  const __m128i zero_char = _mm_set1_epi8('0');
+  const __m128i letter_gap = _mm_set1_epi8(39);
+  auto to_text = [&](__m128i nibbles) {
+    const __m128i letters = _mm_and_si128(_mm_cmpgt_epi8(nibbles, nine), letter_gap);
+    return _mm_add_epi8(_mm_add_epi8(nibbles, zero_char), letters);
+  };
+  for (std::size_t half = 0; half < 2; ++half) {
+    const __m128i bytes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(digest.bytes.data() + 16 * half));
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_nibble);
+    const __m128i low = _mm_and_si128(bytes, low_nibble);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 * half),
+                     to_text(_mm_unpacklo_epi8(high, low)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 * half + 16),
+                     to_text(_mm_unpackhi_epi8(high, low)));
+  }
+#else
+  write_hex(digest, out);
+#endif
+  out[64] = '\n';
+  return out + 65;
 }
 
 }  // namespace abf::cli
