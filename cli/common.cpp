@@ -1,6 +1,7 @@
 #include "common.hpp"
 
 #include <fcntl.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -345,6 +346,7 @@ Result<std::uint32_t> shard_count_from_option(const std::string& shards, const B
 DataOutput::DataOutput(DataOutput&& other) noexcept
     : file_(std::move(other.file_)),
       stage_fd_(std::exchange(other.stage_fd_, -1)),
+      staged_bytes_(std::exchange(other.staged_bytes_, 0)),
       stage_dir_(std::move(other.stage_dir_)),
       buffer_(std::move(other.buffer_)) {}
 
@@ -353,6 +355,7 @@ DataOutput& DataOutput::operator=(DataOutput&& other) noexcept {
     if (stage_fd_ >= 0) ::close(stage_fd_);
     file_ = std::move(other.file_);
     stage_fd_ = std::exchange(other.stage_fd_, -1);
+    staged_bytes_ = std::exchange(other.staged_bytes_, 0);
     stage_dir_ = std::move(other.stage_dir_);
     buffer_ = std::move(other.buffer_);
   }
@@ -377,7 +380,7 @@ Result<DataOutput> DataOutput::create(const std::string& path) {
   return output;
 }
 
-Result<void> DataOutput::spill() {
+Result<void> DataOutput::stage(std::string_view text) {
   if (stage_fd_ < 0) {
     // No name at all where O_TMPFILE works: nothing to leave behind, even
     // after SIGKILL. Elsewhere a mkstemp name, unlinked at once.
@@ -392,23 +395,26 @@ Result<void> DataOutput::spill() {
       ::unlink(name.c_str());
     }
   }
-  if (!write_all(stage_fd_, buffer_)) {
+  if (!write_all(stage_fd_, text)) {
     return fail(ErrorCode::kIo, "<stdout>: cannot stage the output in '" + stage_dir_ +
                                     "' (TMPDIR): write error: " + errno_text());
   }
-  buffer_.clear();
+  staged_bytes_ += text.size();
   return {};
 }
 
 Result<void> DataOutput::write(std::string_view text) {
   if (file_) return file_->write(text);
-  if (buffer_.size() + text.size() > kStageMemory) {
-    if (auto spilled = spill(); !spilled) return spilled;
-    if (text.size() > kStageMemory) {
-      buffer_.assign(text);
-      return spill();
-    }
+  if (buffer_.size() + text.size() <= kStageMemory) {
+    buffer_.append(text);
+    return {};
   }
+  if (!buffer_.empty()) {
+    if (auto staged = stage(buffer_); !staged) return staged;
+    buffer_.clear();
+  }
+  // A large piece goes to the file as it is, never through the buffer.
+  if (text.size() >= kStageMemory) return stage(text);
   buffer_.append(text);
   return {};
 }
@@ -416,22 +422,38 @@ Result<void> DataOutput::write(std::string_view text) {
 Result<void> DataOutput::commit() {
   if (file_) return file_->commit();
   if (stage_fd_ < 0) return write_stdout(buffer_);  // it all fit in memory
-  if (auto spilled = spill(); !spilled) return spilled;
-  if (::lseek(stage_fd_, 0, SEEK_SET) != 0) {
-    return fail(ErrorCode::kIo, "<stdout>: cannot reread the staged output: " + errno_text());
+  if (!buffer_.empty()) {
+    if (auto staged = stage(buffer_); !staged) return staged;
+    buffer_.clear();
   }
+  // The kernel copies the staged file to stdout (sendfile), never through
+  // this process; where it refuses stdout (EINVAL: an O_APPEND file, some
+  // devices) before copying anything, read and write do it.
+  off_t offset = 0;
+  while (static_cast<std::uint64_t>(offset) < staged_bytes_) {
+    const std::uint64_t left = staged_bytes_ - static_cast<std::uint64_t>(offset);
+    const ssize_t sent = ::sendfile(STDOUT_FILENO, stage_fd_, &offset,
+                                    static_cast<std::size_t>(std::min<std::uint64_t>(left, 1u << 30)));
+    if (sent > 0) continue;
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EINVAL || errno == ENOSYS) && offset == 0) break;
+    return fail(ErrorCode::kIo, "<stdout>: write error: " +
+                                    (sent < 0 ? errno_text() : std::string("staged output shrank")));
+  }
+  if (static_cast<std::uint64_t>(offset) == staged_bytes_) return {};
   std::string chunk(kStageMemory, '\0');
-  for (;;) {
-    const ssize_t got = ::read(stage_fd_, chunk.data(), chunk.size());
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return fail(ErrorCode::kIo, "<stdout>: cannot reread the staged output: " + errno_text());
+  while (static_cast<std::uint64_t>(offset) < staged_bytes_) {
+    const ssize_t got = ::pread(stage_fd_, chunk.data(), chunk.size(), offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return fail(ErrorCode::kIo, "<stdout>: cannot reread the staged output: " +
+                                      (got < 0 ? errno_text() : std::string("it shrank")));
     }
-    if (got == 0) break;
     if (auto wrote = write_stdout(std::string_view(chunk.data(), static_cast<std::size_t>(got)));
         !wrote) {
       return wrote;
     }
+    offset += got;
   }
   return {};
 }

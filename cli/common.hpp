@@ -135,6 +135,9 @@ Result<std::uint32_t> shard_count_from_option(const std::string& shards, const B
 // to standard output only by commit(). So a command that fails writes
 // nothing to standard output either, at the price of temporary space as
 // large as the output and of nothing appearing before the command ends.
+// A write of 1 MiB or more goes to the staging file as it is, and commit()
+// has the kernel copy the file to standard output (sendfile; read and write
+// where stdout refuses it, as an O_APPEND file does).
 class DataOutput {
  public:
   static Result<DataOutput> create(const std::string& path);
@@ -150,10 +153,12 @@ class DataOutput {
 
  private:
   DataOutput() = default;
-  Result<void> spill();
+  // Appends `text` to the staging file (created at the first call).
+  Result<void> stage(std::string_view text);
 
   std::optional<AtomicFile> file_;
   int stage_fd_ = -1;
+  std::uint64_t staged_bytes_ = 0;
   std::string stage_dir_;
   std::string buffer_;
 };
