@@ -328,9 +328,11 @@ class BuildSet(Case):
         if data is None or len(data) < 128:
             return []
         count = int.from_bytes(data[8:12], "little")
-        names, at = [], 128 + 32 * count
+        # formatVersion 2 puts the set's content fingerprint before the entries.
+        body = 128 + (16 if int.from_bytes(data[4:8], "little") == 2 else 0)
+        names, at = [], body + 32 * count
         for i in range(count):
-            length = int.from_bytes(data[128 + 32 * i + 24:128 + 32 * i + 28], "little")
+            length = int.from_bytes(data[body + 32 * i + 24:body + 32 * i + 28], "little")
             names.append(data[at:at + length].decode())
             at += length
         return names
