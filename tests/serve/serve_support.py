@@ -10,6 +10,7 @@ scripts/setup installs every one of them, so CI never skips.
 
 import hashlib
 import json
+import atexit
 import os
 import select
 import signal
@@ -59,6 +60,14 @@ def run_abf(*args, check=True, stdin=None):
         raise AssertionError("abf %s failed (%d): %s" % (
             " ".join(str(a) for a in args), result.returncode, result.stderr.decode()))
     return result
+
+
+
+def _remove_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class Catalog:
@@ -138,6 +147,9 @@ class Server:
 
     def __init__(self, *args, expect_failure=False, timeout=30, listen=True):
         self.log_path = tempfile.mktemp(prefix="abf-serve-log-")
+        # Removed by stop(); a server whose start failed (or a test that
+        # failed before stop) leaves it to the end of the process.
+        atexit.register(_remove_quietly, self.log_path)
         self.log = open(self.log_path, "w+b")
         self.process = subprocess.Popen(
             [abf_binary(), "serve"] + (["--listen", "127.0.0.1:0"] if listen else []) +
