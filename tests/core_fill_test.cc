@@ -111,13 +111,17 @@ TEST(PlausibleFill, NoLegitimateBuildIsEverRefused) {
 // every load checks, still hold; only the distinct-insertions lower bound
 // may fail (it is for callers who know there were none).
 TEST(PlausibleFill, DuplicatesNeverFailTheUpperBounds) {
-  const auto distinct = test::random_digests(10'000, 7);
+  constexpr std::size_t kInsertions = 100'000;
+  const auto distinct = test::random_digests(kInsertions / 2, 7);
   for (const std::size_t copies : {2, 10, 100}) {
+    const std::size_t unique = kInsertions / copies;
+    ASSERT_LE(unique, distinct.size());
     std::vector<Digest> digests;
-    for (std::size_t i = 0; i < 100'000; ++i) digests.push_back(distinct[i % (100'000 / copies)]);
+    digests.reserve(kInsertions);
+    for (std::size_t i = 0; i < kInsertions; ++i) digests.push_back(distinct[i % unique]);
     for (const double p : {0.5, 0.01, 1e-6}) {
       SCOPED_TRACE(testing::Message() << copies << " copies, p " << p);
-      auto filter = build_filter(digests, {100'000, p}, BuildOptions{});
+      auto filter = build_filter(digests, {kInsertions, p}, BuildOptions{});
       ASSERT_TRUE(filter.has_value());
       EXPECT_TRUE(check_fill(*filter, FillCheck::kAnyInsertions).has_value());
       if (copies >= 10) {
