@@ -1,5 +1,9 @@
 #include "abf/fingerprint.hpp"
 
+// Inlined: a build sums XXH3-128 over every digest it inserts, and the call
+// into libxxhash costs about as much as the hash of 32 bytes itself
+// (docs/performance.md, "The content fingerprint's cost").
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstring>
