@@ -125,7 +125,9 @@ Result<FilterBuilder> FilterBuilder::create(const BloomSpec& spec, const BuildOp
 }
 
 Result<FilterBuilder> FilterBuilder::create(const BloomSpec& spec, std::uint64_t catalog_version) {
-  return create(spec, BuildOptions{.catalog_version = catalog_version});
+  BuildOptions options;
+  options.catalog_version = catalog_version;
+  return create(spec, options);
 }
 
 FilterBuilder::FilterBuilder(const FilterInfo& info, std::shared_ptr<std::uint64_t> words,
@@ -213,7 +215,9 @@ Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& sp
 
 Result<Filter> build_filter(std::span<const Digest> digests, const BloomSpec& spec,
                             std::uint64_t catalog_version, Backend backend) {
-  return build_filter(digests, spec, BuildOptions{.catalog_version = catalog_version}, backend);
+  BuildOptions options;
+  options.catalog_version = catalog_version;
+  return build_filter(digests, spec, options, backend);
 }
 
 }  // namespace abf

@@ -459,7 +459,9 @@ Result<Filter> load_snapshot(const std::filesystem::path& path, const LoadOption
 }
 
 Result<Filter> load_snapshot(const std::filesystem::path& path, LoadMode mode) {
-  return load_snapshot(path, LoadOptions{.mode = mode});
+  LoadOptions options;
+  options.mode = mode;
+  return load_snapshot(path, options);
 }
 
 SnapshotHeader snapshot_header(const Filter& filter) {
