@@ -589,8 +589,22 @@ TEST_F(FilterSetFiles, ManifestFieldsBreakingARuleAreNamed) {
   m.shards[1].file = "../escape.abf";
   expect_invalid(m, "holds a '/'");
   m = manifest_;
-  m.shards[2].file = m.shards[0].file;
+  m.shards[0].file = "same.abf";
+  m.shards[2].file = "same.abf";
   expect_invalid(m, "as an earlier shard does");
+  // Two entries swapped, each still matching its own file: the names that
+  // save gave carry the index, so the swap is refused (it would route
+  // digests to the other shard's filter, whose `absent` is wrong for them).
+  m = manifest_;
+  std::swap(m.shards[0], m.shards[1]);
+  expect_invalid(m, "is that of shard 1 of this save, not of shard 0");
+  // Names not of that form carry no index and are not read.
+  m = manifest_;
+  std::filesystem::rename(dir_ / m.shards[0].file, dir_ / "first.abf");
+  m.shards[0].file = "first.abf";
+  write_manifest(m);
+  EXPECT_TRUE(load_filter_set(manifest()).has_value());
+  std::filesystem::rename(dir_ / "first.abf", dir_ / manifest_.shards[0].file);
   m = manifest_;
   m.hash_protocol_version = 3;
   expect_invalid(m, "hash protocol version 3");

@@ -122,6 +122,29 @@ bool is_shard_name_of(std::string_view name, std::string_view base) {
   return true;
 }
 
+// A name save_filter_set gave (".<buildId as 16 hex>.<5 digits>.abf" after
+// the manifest's name, with this manifest's buildId) carries its shard
+// index: it must be the entry's own. Entries reordered after the save (a
+// hand edit, a tool's bug) would otherwise route digests to another
+// shard's filter, whose `absent` is wrong for them. Names of any other
+// form are not read.
+std::string shard_number_problem(std::string_view name, std::uint32_t index,
+                                 std::uint64_t build_id) {
+  if (name.size() <= kShardSuffixLength) return {};
+  const std::string_view rest = name.substr(name.size() - kShardSuffixLength);
+  if (rest[0] != '.' || rest[17] != '.' || !rest.ends_with(".abf")) return {};
+  if (rest.substr(1, 16) != plain_hex16(build_id)) return {};
+  std::uint32_t number = 0;
+  for (std::size_t i = 18; i < 23; ++i) {
+    if (rest[i] < '0' || rest[i] > '9') return {};
+    number = number * 10 + static_cast<std::uint32_t>(rest[i] - '0');
+  }
+  if (number == index) return {};
+  return "file name " + std::string(name) + " is that of shard " + std::to_string(number) +
+         " of this save, not of shard " + std::to_string(index) +
+         " (entries reordered?): its digests would be asked of the wrong filter";
+}
+
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
@@ -421,6 +444,9 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
     name_offset += name_length;
     if (auto problem = name_problem(shard.file); !problem.empty()) {
       return invalid(entry + ": file name " + problem);
+    }
+    if (auto problem = shard_number_problem(shard.file, i, m.build_id); !problem.empty()) {
+      return invalid(entry + ": " + problem);
     }
     inserted += shard.inserted_item_count;
   }

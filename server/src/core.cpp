@@ -465,6 +465,15 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
     logger_->log(LogLevel::kError, {{"event", "catalog_error"},
                                     {"tenant", tenant.config.name},
                                     {"error", counts.error().describe()}});
+    if (counts.error().code == ErrorCode::kCatalogMismatch) {
+      // The catalog's history was rewritten under the snapshot (a backup
+      // restored): no answer until a snapshot of the new history is loaded.
+      return refuse(503, "snapshot_mismatch",
+                    "tenant " + tenant.config.name +
+                        ": the snapshot no longer matches the catalog (its history was "
+                        "rewritten); rebuild the snapshot and reload",
+                    5);
+    }
     return refuse(503, "catalog_unavailable",
                   "tenant " + tenant.config.name + ": the catalog could not answer; retry", 1);
   }
@@ -544,8 +553,12 @@ std::vector<TenantReload> Core::reload(std::string_view trigger) {
 }
 
 bool Core::ready() const {
-  return std::all_of(tenants_.begin(), tenants_.end(),
-                     [](const auto& tenant) { return tenant->publisher->current() != nullptr; });
+  // Ready: every tenant has a snapshot and can answer with it now, so a
+  // catalog whose head fell behind the snapshot, that was rewritten under it
+  // or that cannot be read takes the server out of rotation.
+  return std::all_of(tenants_.begin(), tenants_.end(), [](const auto& tenant) {
+    return tenant->publisher->current() != nullptr && tenant->service->lag().has_value();
+  });
 }
 
 nlohmann::ordered_json Core::readiness() const {
@@ -558,12 +571,18 @@ nlohmann::ordered_json Core::readiness() const {
                                      : nlohmann::ordered_json(nullptr)}};
     // How far the snapshot lags the catalog's head: answers stay exact at
     // the head (PROTOCOL.md section 8), so a lag is reported, not unready.
+    // A head that cannot be answered at (behind the snapshot, rewritten
+    // under it, unreadable) is unready, with the reason.
     if (snapshot != nullptr) {
       const auto lag = tenant->service->lag();
       item["lag"] = lag ? nlohmann::ordered_json{{"head_version", lag->head_version},
                                                  {"versions", lag->versions_behind},
                                                  {"digests_added", lag->digests_added}}
                         : nlohmann::ordered_json(nullptr);
+      if (!lag) {
+        item["ready"] = false;
+        item["error"] = lag.error().describe();
+      }
     }
     tenants[tenant->config.name] = std::move(item);
   }

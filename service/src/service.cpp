@@ -148,7 +148,7 @@ Result<ExistenceAnswer> ArtifactExistenceService::exists_at_version(
       snapshot->catalog_version() < catalog_version) {
     // A version after the snapshot's, up to the head: the filter with the
     // digests added since (those of (v, head] include those of (v, version]).
-    auto latest = repository_.latest_version();
+    auto latest = read_head(*snapshot);
     if (!latest) return std::unexpected(latest.error());
     if (catalog_version <= *latest) {
       auto at = head_at(*snapshot, catalog_version);
@@ -225,7 +225,7 @@ Result<CatalogLag> ArtifactExistenceService::lag_of(std::uint64_t snapshot_versi
 Result<CatalogLag> ArtifactExistenceService::lag() const {
   const auto snapshot = publisher_.current();
   if (snapshot == nullptr) return std::unexpected(no_snapshot());
-  auto latest = repository_.latest_version();
+  auto latest = read_head(*snapshot);
   if (!latest) return std::unexpected(latest.error());
   if (*latest < snapshot->catalog_version()) {
     return std::unexpected(head_behind(*latest, snapshot->catalog_version(), snapshot->source));
@@ -242,9 +242,70 @@ Result<Head> ArtifactExistenceService::head(const Snapshot& snapshot) const {
     head.lag = {.snapshot_version = v, .head_version = v};
     return head;
   }
-  auto latest = repository_.latest_version();
+  auto latest = read_head(snapshot);
   if (!latest) return std::unexpected(latest.error());
   return head_at(snapshot, *latest);
+}
+
+Result<std::uint64_t> ArtifactExistenceService::read_head(const Snapshot& snapshot) const {
+  auto record = repository_.head_record();
+  if (!record) return std::unexpected(record.error());
+  const std::uint64_t v = snapshot.catalog_version();
+  // Nothing to compare: an unbound store, one that records no contents, or
+  // a head older than the snapshot (the caller's head_behind error).
+  if (!binding_ || !record->content || record->version < v) return record->version;
+  const std::uint64_t items = snapshot.filter.inserted_item_count();
+  const std::optional<ContentFingerprint>& fingerprint = snapshot.filter.content_fingerprint();
+  const std::lock_guard lock(history_mutex_);
+  const bool same_snapshot = history_.valid && history_.snapshot_version == v &&
+                             history_.snapshot_items == items &&
+                             history_.snapshot_fingerprint == fingerprint;
+  if (same_snapshot && history_.version == record->version &&
+      history_.content == *record->content) {
+    return record->version;  // the common case: nothing moved
+  }
+  // Has a version seen before changed? The head moved back, or holds other
+  // contents under the same number, or the version seen last does.
+  bool rewritten = false;
+  if (history_.valid) {
+    if (record->version < history_.version) {
+      rewritten = true;
+    } else if (record->version == history_.version) {
+      rewritten = !(history_.content == *record->content);
+    } else {
+      auto then = repository_.content_at_version(history_.version);
+      if (!then) return std::unexpected(then.error());
+      rewritten = !(*then == history_.content);
+    }
+  }
+  if (rewritten || !same_snapshot) {
+    auto at_v = repository_.content_at_version(v);
+    if (!at_v) return std::unexpected(at_v.error());
+    if (at_v->item_count != items || (fingerprint && !(at_v->fingerprint == *fingerprint))) {
+      history_.valid = false;
+      return fail(ErrorCode::kCatalogMismatch,
+                  "snapshot " + snapshot.source + " no longer matches its catalog: version " +
+                      std::to_string(v) + " now holds " + std::to_string(at_v->item_count) +
+                      " digests (content fingerprint " + at_v->fingerprint.hex() +
+                      "), the snapshot " + std::to_string(items) +
+                      (fingerprint ? " (" + fingerprint->hex() + ")" : std::string()) +
+                      "; the catalog's history was rewritten (a backup restored?); its absent "
+                      "answers would be wrong, so none are given: rebuild the snapshot");
+    }
+  }
+  if (rewritten) {
+    // The digests held as added after v were read from the old history.
+    const std::lock_guard cache_lock(cache_mutex_);
+    cache_.reset();
+    ++history_generation_;
+  }
+  history_ = {.valid = true,
+              .version = record->version,
+              .content = *record->content,
+              .snapshot_version = v,
+              .snapshot_items = items,
+              .snapshot_fingerprint = fingerprint};
+  return record->version;
 }
 
 Result<Head> ArtifactExistenceService::head_at(const Snapshot& snapshot,
@@ -291,6 +352,10 @@ Result<std::shared_ptr<const AddedDigests>> ArtifactExistenceService::added_sinc
     return cached;
   }
   const std::lock_guard load(load_mutex_);
+  const std::uint64_t generation = [&] {
+    const std::lock_guard lock(cache_mutex_);
+    return history_generation_;
+  }();
   auto base = held();  // another thread may have read them meanwhile
   if (base != nullptr && base->after == after && base->upto >= upto) return base;
   if (base != nullptr && base->after > after) {
@@ -339,7 +404,8 @@ Result<std::shared_ptr<const AddedDigests>> ArtifactExistenceService::added_sinc
     if (!fresh.empty()) append_run(next->runs, std::move(fresh));
   }
   const std::lock_guard lock(cache_mutex_);
-  cache_ = next;
+  // Kept only when no rewrite was noticed while they were read.
+  if (history_generation_ == generation) cache_ = next;
   return next;
 }
 

@@ -273,6 +273,10 @@ struct SqliteCatalog::State {
   Stmt latest;
   Stmt version;  // schema 3 only, as is content: writers always have it
   Stmt content;
+  // The file the connection opened (its device and inode), so that a
+  // catalog replaced by rename under a long-lived reader is noticed
+  // (check_same_file) rather than answered from the old file for ever.
+  std::optional<std::pair<dev_t, ino_t>> file_identity;
 
   Error error(std::string_view what, int rc) const {
     return catalog_error(path, what, db.get(), rc);
@@ -301,6 +305,9 @@ struct SqliteCatalog::State {
     const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
     db.reset(raw);
     if (rc != SQLITE_OK) return std::unexpected(SqliteFailure{rc, "opening"});
+    struct stat opened {};
+    file_identity.reset();
+    if (::stat(path.c_str(), &opened) == 0) file_identity = std::pair{opened.st_dev, opened.st_ino};
     sqlite3_extended_result_codes(raw, 1);
     sqlite3_busy_timeout(raw, options.busy_timeout_ms);
     sqlite3_stmt* stmt_raw = nullptr;
@@ -331,6 +338,26 @@ struct SqliteCatalog::State {
     if (sqlite3_get_autocommit(db.get()) == 0) {
       sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
     }
+  }
+
+  // kCatalog when the path now names another file than the one opened: a
+  // backup restored by rename (`mv restored.db catalog.db`). The connection
+  // would go on reading the old, unlinked file; answers from it could call a
+  // digest of the new file absent.
+  Result<void> check_same_file() const {
+    if (!file_identity) return {};
+    struct stat now {};
+    if (::stat(path.c_str(), &now) != 0) {
+      return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                           ": the file was removed or renamed since it was "
+                                           "opened; restart to read the catalog at this path");
+    }
+    if (std::pair{now.st_dev, now.st_ino} != *file_identity) {
+      return fail(ErrorCode::kCatalog, "catalog " + path.string() +
+                                           ": the file was replaced since it was opened (a "
+                                           "restore by rename?); restart to read the new file");
+    }
+    return {};
   }
 
   Result<std::uint64_t> latest_version() {
@@ -1004,6 +1031,28 @@ Result<std::uint64_t> SqliteCatalog::latest_version() {
   return state_->latest_version();
 }
 
+Result<HeadRecord> SqliteCatalog::head_record() {
+  const std::lock_guard lock(state_->mutex);
+  if (auto same = state_->check_same_file(); !same) return std::unexpected(same.error());
+  if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
+    return std::unexpected(begun.error());
+  }
+  auto result = [&]() -> Result<HeadRecord> {
+    auto latest = state_->latest_version();
+    if (!latest) return std::unexpected(latest.error());
+    HeadRecord record{.version = *latest, .content = std::nullopt};
+    // Only schema 3 records contents; an older catalog (opened read-only)
+    // would have to walk its digests, too slow for every request.
+    if (state_->schema != kCatalogSchemaVersion) return record;
+    auto kept = state_->kept_content(*latest);
+    if (!kept) return std::unexpected(kept.error());
+    record.content = *kept;
+    return record;
+  }();
+  state_->rollback();  // a read: nothing to commit
+  return result;
+}
+
 namespace {
 // Binds (after, upto] to ?1 and ?2.
 void bind_range(sqlite3_stmt* stmt, std::uint64_t after, std::uint64_t upto) {
@@ -1277,6 +1326,19 @@ Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
   }
   if (base.catalog_version() > catalog_version) {
     return fail(ErrorCode::kInvalidArgument, where + ": the filter is newer");
+  }
+  // The base must be what the catalog holds at its version now: after a
+  // backup was restored and advanced again, the same version number holds
+  // other digests, and adding the new history to the old bits would keep
+  // what is gone (and miss nothing the check below would see).
+  auto at_base = catalog.content_at_version(base.catalog_version());
+  if (!at_base) return std::unexpected(at_base.error());
+  if (at_base->item_count != base.inserted_item_count() ||
+      (base.info().content_fingerprint && !(*base.info().content_fingerprint == at_base->fingerprint))) {
+    return fail(ErrorCode::kInvalidArgument,
+                where + ": the catalog's version " + version_text(base.catalog_version()) +
+                    " no longer holds what the filter was built from (its history was "
+                    "rewritten); only a full build is exact");
   }
   auto changes = catalog.changes_between(base.catalog_version(), catalog_version);
   if (!changes) return std::unexpected(changes.error());

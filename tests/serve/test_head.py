@@ -212,5 +212,126 @@ def support_log_lines(server):
     return [json.loads(line) for line in server.last_log.splitlines() if line.startswith("{")]
 
 
+class CatalogRewrittenUnderTheServer(unittest.TestCase):
+    """A backup restored under a running server, then advanced again: the same
+    version numbers hold other digests. The server must notice (each request
+    reads the head's recorded content), never answer one of the new history's
+    digests missing, and stop answering (503, unready) when its snapshot's
+    own version changed."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="abf-serve-rewrite-")
+        self.catalog = support.Catalog(self.dir, expected_items=20000)
+        self.catalog.add(FIRST)
+        self.catalog.build()  # version 1
+        self.backup = os.path.join(self.dir, "backup.db")
+        self.session = requests.Session()
+
+    def tearDown(self):
+        self.session.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def restore(self):
+        """What `sqlite3 catalog.db ".restore backup.db"` does: the backup's
+        pages written into the live file."""
+        import sqlite3
+        source = sqlite3.connect(self.backup)
+        target = sqlite3.connect(self.catalog.db)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+
+    def take_backup(self):
+        import sqlite3
+        source = sqlite3.connect(self.catalog.db)
+        target = sqlite3.connect(self.backup)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+
+    def test_the_added_digests_held_are_dropped_after_a_restore(self):
+        x, y = support.digests("x", 300), support.digests("y", 300)
+        self.take_backup()  # at version 1
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--idle-timeout", 2)
+        try:
+            self.assertEqual(self.catalog.add(x), 2)
+            missing, version = find_missing(self.session, server.url, x + NEVER[:10])
+            self.assertEqual((set(missing), version), (set(NEVER[:10]), 2))  # X held now
+            self.restore()
+            self.assertEqual(self.catalog.add(y), 2)  # another version 2
+            items = FIRST[:100] + y + x + NEVER[:10]
+            missing, version = find_missing(self.session, server.url, items)
+            self.assertEqual(version, 2)
+            truth = support.Truth(self.catalog.db)
+            self.assertEqual(missing, truth.missing(items, 2))
+            self.assertEqual(set(missing), set(x + NEVER[:10]))  # no Y digest missing
+            self.assertEqual(self.session.get(server.url + "/readyz", timeout=10).status_code, 200)
+        finally:
+            server.stop()
+
+    def test_a_snapshot_whose_version_was_rewritten_answers_nothing(self):
+        x, y = support.digests("x", 300), support.digests("y", 300)
+        self.take_backup()  # at version 1
+        self.catalog.add(x)
+        self.catalog.build()  # the snapshot of version 2 = FIRST + X
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--idle-timeout", 2)
+        try:
+            missing, _ = find_missing(self.session, server.url, y)
+            self.assertEqual(set(missing), set(y))
+            self.restore()
+            self.catalog.add(y)  # version 2 = FIRST + Y: not the snapshot's
+            response = self.session.post(
+                server.url + "/v1/default/find-missing", data=b"".join(y),
+                headers={"Content-Type": "application/octet-stream"}, timeout=30)
+            self.assertEqual(response.status_code, 503, response.text)
+            self.assertEqual(response.json()["error"]["code"], "snapshot_mismatch", response.text)
+            for digest in y[:5]:
+                head = self.session.head(server.url + "/v1/default/blobs/sha256:" + digest.hex(),
+                                         timeout=10)
+                self.assertNotEqual(head.status_code, 404)
+            self.assertEqual(self.session.get(server.url + "/readyz", timeout=10).status_code, 503)
+            self.catalog.add(NEVER[:10])  # version 3: still refused
+            response = self.session.post(
+                server.url + "/v1/default/find-missing", data=b"".join(y),
+                headers={"Content-Type": "application/octet-stream"}, timeout=30)
+            self.assertEqual(response.status_code, 503, response.text)
+            # A snapshot of the new history, reloaded, answers again, exactly.
+            self.catalog.build()
+            reload = self.session.post(server.url + "/admin/reload", timeout=60)
+            self.assertEqual(reload.status_code, 200, reload.text)
+            items = y + x + NEVER[:20]
+            missing, version = find_missing(self.session, server.url, items)
+            self.assertEqual(missing, support.Truth(self.catalog.db).missing(items, version))
+            self.assertEqual(self.session.get(server.url + "/readyz", timeout=10).status_code, 200)
+        finally:
+            server.stop()
+
+    def test_a_catalog_replaced_by_rename_is_not_read_from_the_old_file(self):
+        y = support.digests("y", 300)
+        self.take_backup()
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--idle-timeout", 2)
+        try:
+            find_missing(self.session, server.url, y)
+            restored = os.path.join(self.dir, "restored.db")
+            shutil.copyfile(self.backup, restored)
+            os.replace(restored, self.catalog.db)
+            self.catalog.add(y)  # into the new file
+            response = self.session.post(
+                server.url + "/v1/default/find-missing", data=b"".join(y),
+                headers={"Content-Type": "application/octet-stream"}, timeout=30)
+            self.assertEqual(response.status_code, 503, response.text)
+            self.assertEqual(response.json()["error"]["code"], "catalog_unavailable", response.text)
+            self.assertEqual(self.session.get(server.url + "/readyz", timeout=10).status_code, 503)
+        finally:
+            server.stop()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

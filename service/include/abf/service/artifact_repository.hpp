@@ -43,6 +43,12 @@ struct CatalogContent {
   friend bool operator==(const CatalogContent&, const CatalogContent&) = default;
 };
 
+// The catalog's newest version and its recorded content (head_record).
+struct HeadRecord {
+  std::uint64_t version = 0;
+  std::optional<CatalogContent> content;  // none where the store keeps no record
+};
+
 // What the versions in (after, upto] changed, from the store's per-version
 // record (no digest is read).
 struct VersionChanges {
@@ -75,6 +81,18 @@ class ArtifactRepository {
 
   // The newest catalog version the store knows.
   virtual Result<std::uint64_t> latest_version() = 0;
+
+  // The newest version and, where the store records it, what that version
+  // held when it was committed, read together. What a service watches to
+  // notice a catalog rewritten under it (a backup restored, then advanced
+  // again: the same version numbers with other contents; PROTOCOL.md
+  // section 8). The default reads latest_version() and records nothing; a
+  // store that keeps per-version contents should override it.
+  virtual Result<HeadRecord> head_record() {
+    auto latest = latest_version();
+    if (!latest) return std::unexpected(latest.error());
+    return HeadRecord{.version = *latest, .content = std::nullopt};
+  }
 
   // What `catalog_version` holds: its item count and content fingerprint.
   // kInvalidArgument if the version does not exist yet (greater than

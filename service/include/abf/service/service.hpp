@@ -234,6 +234,28 @@ class ArtifactExistenceService {
                                                           std::uint64_t upto) const;
   // The lag of a snapshot of `snapshot_version` at head `head_version`.
   Result<CatalogLag> lag_of(std::uint64_t snapshot_version, std::uint64_t head_version) const;
+  // The catalog's head version, read for `snapshot`, after checking that
+  // the catalog's history is the one seen before (history_): a version
+  // whose recorded content changed (a backup restored, then advanced again)
+  // drops the held added digests and checks the snapshot's own version
+  // again; kCatalogMismatch when the snapshot no longer matches it.
+  Result<std::uint64_t> read_head(const Snapshot& snapshot) const;
+
+  // The head last read, with its recorded content, and the snapshot content
+  // it was checked with; under history_mutex_.
+  struct History {
+    bool valid = false;
+    std::uint64_t version = 0;
+    CatalogContent content;
+    std::uint64_t snapshot_version = 0;
+    std::uint64_t snapshot_items = 0;
+    std::optional<ContentFingerprint> snapshot_fingerprint;
+  };
+  mutable std::mutex history_mutex_;
+  mutable History history_;
+  // Bumped (under cache_mutex_) when a rewrite drops cache_: added digests
+  // read before it are not kept.
+  mutable std::uint64_t history_generation_ = 0;
 
   const SnapshotPublisher& publisher_;
   ArtifactRepository& repository_;

@@ -144,6 +144,10 @@ class SqliteCatalog final : public ArtifactRepository {
   Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
                                  std::span<bool> exists) override;
   Result<std::uint64_t> latest_version() override;
+  // In one read transaction (schema 3 records the content; older schemas
+  // none). kCatalog when the path now names another file than the one
+  // opened (a catalog restored by rename): restart to read it.
+  Result<HeadRecord> head_record() override;
   // From the versions table's per-version counts (a range of its primary
   // key; no digest is read).
   Result<VersionChanges> changes_between(std::uint64_t after, std::uint64_t upto) override;
