@@ -53,9 +53,12 @@ Result<IndexBuildReport> build_index_from_catalog(
 // whole index, ~5 ns a digest: an index whose header was rewritten, or whose
 // digests are another set's, is refused). kCatalogMismatch naming the
 // index, the catalog, the version and both values; the catalog's own error
-// when it cannot answer.
+// when it cannot answer. `verify_digests` false skips the last rule (the
+// sum over the digests) for a caller that already checked this very Index
+// object once (a loaded Index never changes): the Python binding checks an
+// abf.Index that way on every call, at the cost of one catalog read.
 Result<void> check_index_binding(const Index& index, std::string_view source,
-                                 ArtifactRepository& catalog);
+                                 ArtifactRepository& catalog, bool verify_digests = true);
 
 // What an IndexedRepository's batch lookups cost.
 struct IndexedLookupCounts {
