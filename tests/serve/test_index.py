@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -268,6 +269,61 @@ class ServeWithIndex(unittest.TestCase):
         self.assertEqual(readyz(self.session, indexed)["index"],
                          {"catalog_version": 2, "digests": 4000})
         self.assert_same_answers(plain, indexed, self.query(5))
+
+    def test_answers_stay_exact_while_the_index_is_reloaded(self):
+        """Three clients query while the index file is replaced (by rename)
+        and reloaded, alternating between the index of version 1 and of
+        version 2: every answer equals SQLite's at the version it carries.
+        Bounded: 6 reloads or 20 seconds."""
+        self.catalog.add(FIRST)
+        self.catalog.build()
+        v1 = build_index(self.catalog, os.path.join(self.dir, "v1.abfx"))
+        self.catalog.add(SECOND)
+        v2 = build_index(self.catalog, os.path.join(self.dir, "v2.abfx"))
+        shutil.copy(v1, self.index)
+        indexed = self.serve("--index", self.index)
+        truth = support.Truth(self.catalog.db)
+        items = self.query(6) + SECOND[:200]
+        expected = truth.missing(items, 2)
+        done = threading.Event()
+        failures, answered = [], [0]
+
+        def client():
+            session = requests.Session()
+            try:
+                while not done.is_set():
+                    missing, version = find_missing(session, indexed.url, items)
+                    if version != 2 or missing != expected:
+                        failures.append((version, len(missing), len(expected)))
+                    answered[0] += 1
+            except Exception as error:  # noqa: BLE001
+                failures.append(repr(error))
+            finally:
+                session.close()
+
+        threads = [threading.Thread(target=client) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        reloads = 0
+        try:
+            while reloads < 6 and time.monotonic() < deadline:
+                source = v2 if reloads % 2 == 0 else v1
+                shutil.copy(source, self.index + ".tmp")
+                os.rename(self.index + ".tmp", self.index)
+                response = self.session.post(indexed.url + "/admin/reload", timeout=60)
+                self.assertEqual(response.status_code, 200, response.text)
+                reloads += 1
+                time.sleep(0.2)
+        finally:
+            done.set()
+            for thread in threads:
+                thread.join(timeout=60)
+        self.assertEqual(failures, [])
+        self.assertGreaterEqual(reloads, 2)
+        self.assertGreater(answered[0], reloads)
+        published = [line for line in indexed.log_lines() if line.get("event") == "index_published"]
+        self.assertEqual(len(published), 1 + reloads)
 
 
 if __name__ == "__main__":
