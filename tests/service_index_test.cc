@@ -146,6 +146,17 @@ TEST_F(ServiceIndexTest, BindingRefusesEachMismatch) {
   auto others = test::random_digests(200, 5);
   std::sort(others.begin(), others.end());
   expect(load(identity, others), "digests add up to content fingerprint");
+  // verify_digests = false (a caller that checked this Index object once)
+  // skips only that last rule: every other one still refuses.
+  EXPECT_TRUE(check_index_binding(load(identity, others), "x.abfx", *catalog_,
+                                  /*verify_digests=*/false));
+  for (const auto& [id, held] : {std::pair{no_id, std::span<const Digest>(digests)},
+                                 std::pair{future, std::span<const Digest>(digests)},
+                                 std::pair{fewer, std::span<const Digest>(digests).first(199)}}) {
+    auto bound = check_index_binding(load(id, held), "x.abfx", *catalog_, false);
+    ASSERT_FALSE(bound);
+    EXPECT_EQ(bound.error().code, ErrorCode::kCatalogMismatch);
+  }
 }
 
 TEST_F(ServiceIndexTest, IndexedStoreAnswersExactlyAtEveryLaterVersion) {
