@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
+#include "abf/service/exact_index.hpp"
 #include "abf/service/service.hpp"
 #include "abf/service/sqlite_catalog.hpp"
 #include "command.hpp"
@@ -33,6 +35,7 @@ namespace {
 
 struct DedupOptions {
   std::string snapshot;
+  std::string index;
   std::string db;
   std::string input = "-";
   std::string input_format = "hex";
@@ -52,10 +55,11 @@ constexpr std::size_t kHexLine = 65;  // 64 hex digits and '\n'
 // The counts. total = new + repeats + present: `new` digests are written
 // once each, `repeats` are later occurrences of one already written.
 nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filter_used,
-                                  std::uint64_t written) {
+                                  std::uint64_t written,
+                                  const service::IndexedRepository* indexed) {
   const service::BatchCounts& c = report.counts;
   const std::uint64_t absent = c.total - c.present;
-  return {
+  nlohmann::ordered_json json = {
       {"catalog_version", report.catalog_version},
       {"snapshot_version", report.lag.snapshot_version},
       {"filter", filter_used},
@@ -77,6 +81,14 @@ nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filte
       {"false_discovery_ratio", c.false_discovery_ratio()},
       {"seconds", report.seconds},
   };
+  if (indexed != nullptr) {
+    // exact_lookups = index_lookups (answered in memory) + store_lookups (SQLite).
+    const auto counts = indexed->counts();
+    json["index_version"] = indexed->index().catalog_version();
+    json["index_lookups"] = counts.index_lookups;
+    json["store_lookups"] = counts.store_lookups;
+  }
+  return json;
 }
 
 int run_dedup(const DedupOptions& options) {
@@ -105,8 +117,26 @@ int run_dedup(const DedupOptions& options) {
   // or of none, or one that does not hold what the catalog holds at its
   // version (or of a version the catalog lacks), is refused before any input
   // is read or output written (PROTOCOL.md section 8).
+  // --index: the exact answers come from the index (checked against the
+  // catalog like a snapshot, before any input is read), with SQLite behind
+  // it for what changed after the index's version. The publisher and the
+  // service share that one store, so the snapshot is checked once.
+  std::optional<service::IndexedRepository> indexed;
+  if (!options.index.empty()) {
+    auto index = [&] {
+      const Activity activity("loading " + options.index);
+      return Index::load(options.index);
+    }();
+    if (!index) return report("dedup", index.error());
+    if (auto bound = service::check_index_binding(*index, options.index, *catalog); !bound) {
+      return report("dedup", bound.error());
+    }
+    indexed.emplace(*catalog, std::move(*index), options.head_cache_digests);
+  }
+  service::ArtifactRepository& store =
+      indexed ? static_cast<service::ArtifactRepository&>(*indexed) : *catalog;
   service::Metrics metrics;
-  service::SnapshotPublisher publisher(&metrics, *catalog);
+  service::SnapshotPublisher publisher(&metrics, store);
   LoadOptions load_options;
   load_options.key = std::move(*key);
   auto snapshot = [&]() -> Result<std::shared_ptr<const service::Snapshot>> {
@@ -126,7 +156,7 @@ int run_dedup(const DedupOptions& options) {
   service_options.use_filter = !options.exact_only;
   service_options.backend = *backend;
   service_options.head_cache_digests = options.head_cache_digests;
-  const service::ArtifactExistenceService service(publisher, *catalog, &metrics, service_options);
+  const service::ArtifactExistenceService service(publisher, store, &metrics, service_options);
   std::string text;  // only grows: never cleared nor filled twice
   // Each new digest once, at its first occurrence: the set holds the
   // digests written so far (never the present ones), in input order, its
@@ -148,7 +178,8 @@ int run_dedup(const DedupOptions& options) {
   });
   if (!result) return report("dedup", result.error());
 
-  const auto json = stats_json(*result, !options.exact_only, written.size());
+  const auto json =
+      stats_json(*result, !options.exact_only, written.size(), indexed ? &*indexed : nullptr);
   if (!options.stats_json.empty()) {
     auto file = AtomicFile::create(options.stats_json);
     if (!file) return report("dedup", file.error());
@@ -164,7 +195,10 @@ int run_dedup(const DedupOptions& options) {
   } else {
     std::ostringstream out;
     out << "abf dedup: catalog version " << result->catalog_version << ", "
-        << (options.exact_only ? "exact store only" : "filter in front") << ", " << result->seconds
+        << (options.exact_only ? "exact store only" : "filter in front")
+        << (indexed ? ", index of version " + std::to_string(indexed->index().catalog_version())
+                    : std::string())
+        << ", " << result->seconds
         << " s\n";
     if (result->lag.versions_behind != 0) {
       out << "  snapshot of version " << version << ", behind the catalog by "
@@ -224,7 +258,17 @@ Command add_dedup_command(CLI::App& root) {
       "Examples:\n"
       "  abf dedup --snapshot c.abf --db catalog.db --input candidates.txt > new.txt\n"
       "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
-      "  abf dedup -s c.abf --db catalog.db -i cand.txt --exact-only   (the baseline)");
+      "  abf dedup -s c.abf --db catalog.db -i cand.txt --exact-only   (the baseline)\n"
+      "  abf dedup -s c.abf --index c.abfx --db catalog.db -f bin -i cand.bin\n"
+      "With --index (abf index writes one), the `Maybe` answers are looked up in that exact\n"
+      "index, in memory, instead of SQLite: same output, a lookup of a cache miss or two\n"
+      "rather than a B-tree walk. It is checked like the snapshot (catalog id, version,\n"
+      "content fingerprint, item count, and its digests against its fingerprint) and refused\n"
+      "(catalog_mismatch) if it is not what the catalog holds at its version. Index and\n"
+      "snapshot may be of different versions: digests added after the index's version are\n"
+      "asked of SQLite (held in memory up to --head-cache-digests), and so are those it holds\n"
+      "when digests were removed since. The counts add index_version, index_lookups and\n"
+      "store_lookups (exact_lookups = index_lookups + store_lookups).");
   app->add_option("--snapshot,-s", options->snapshot,
                   "ABF1 snapshot or filter-set manifest built from the catalog, or - for a\n"
                   "snapshot on standard input")
@@ -232,6 +276,10 @@ Command add_dedup_command(CLI::App& root) {
   app->add_option("--db", options->db, "Catalog database (opened read-only)")
       ->required()
       ->check(not_a_stream("a catalog database, which SQLite opens by name"));
+  app->add_option("--index", options->index,
+                  "Exact index of the catalog (abf index) to answer the filter's `Maybe`s from\n"
+                  "memory, SQLite behind it (default: SQLite only)")
+      ->check(not_a_stream("an index file, which is read whole"));
   app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
   app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")
       ->check(CLI::IsMember({"hex", "bin"}));

@@ -1,6 +1,8 @@
 // abf inspect: every header field of a validated snapshot, and its statistics.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <string_view>
 #include <optional>
 #include <string>
 
@@ -147,7 +149,74 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
   return kExitOk;
 }
 
+// Whether `path` starts with the ABFX magic (an exact index).
+bool names_index(const std::string& path) {
+  if (path == "-") return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string_view(magic, 4) == "ABFX";
+}
+
+// An exact index (abf index): loaded (every rule verified), its header, and
+// whether its digests add up to the fingerprint it records.
+int inspect_index(const InspectOptions& options) {
+  auto index = [&] {
+    const Activity activity("verifying " + options.snapshot);
+    return Index::load(options.snapshot);
+  }();
+  if (!index) return report("inspect", index.error());
+  const IndexHeader& h = index->header();
+  const auto recorded = h.content_fingerprint();
+  const ContentFingerprint actual = ContentFingerprint::of(index->digests());
+  const bool matches = !recorded || *recorded == actual;
+  std::string out;
+  if (options.json) {
+    nlohmann::ordered_json json;
+    json["path"] = options.snapshot;
+    json["file_size"] = h.file_size();
+    json["magic"] = "ABFX";
+    json["format_version"] = h.format_version;
+    json["catalog_id"] = h.catalog_id.hex();
+    json["catalog_version"] = h.catalog_version;
+    json["content_fingerprint"] = fingerprint_json(recorded);
+    json["digests_fingerprint"] = actual.hex();
+    json["digest_count"] = h.digest_count;
+    json["block_digests"] = h.block_digests;
+    json["block_count"] = h.block_count;
+    json["header_checksum"] = hex64(h.header_checksum);
+    out = json_text(json);
+  } else {
+    const std::string fingerprint =
+        !recorded ? std::string("none")
+                  : recorded->hex() + (matches ? " (the digests add up to it)"
+                                               : " (the digests add up to " + actual.hex() +
+                                                     " instead)");
+    append(out, "index                 %s\n", options.snapshot.c_str());
+    append(out, "file size             %s bytes\n", with_commas(h.file_size()).c_str());
+    append(out, "magic                 ABFX (exact index)\n");
+    append(out, "format version        %u\n", h.format_version);
+    append(out, "catalog id            %s%s\n", h.catalog_id.hex().c_str(),
+           h.catalog_id.is_zero() ? " (none: tied to no catalog)" : "");
+    append(out, "catalog version       %llu\n", static_cast<unsigned long long>(h.catalog_version));
+    append(out, "digests               %s (strictly ascending, verified)\n",
+           with_commas(h.digest_count).c_str());
+    append(out, "content fingerprint   %s\n", fingerprint.c_str());
+    append(out, "blocks                %s of %u digests (XXH3-64 each, verified)\n",
+           with_commas(h.block_count).c_str(), h.block_digests);
+    append(out, "header checksum       %s (XXH3-64, verified)\n", hex64(h.header_checksum).c_str());
+  }
+  if (auto wrote = write_stdout(out); !wrote) return report("inspect", wrote.error());
+  if (!matches) {
+    return report("inspect",
+                  Error{ErrorCode::kCatalogMismatch,
+                        options.snapshot + ": the digests add up to content fingerprint " +
+                            actual.hex() + ", not the " + recorded->hex() + " the header records"});
+  }
+  return kExitOk;
+}
+
 int run_inspect(const InspectOptions& options) {
+  if (names_index(options.snapshot)) return inspect_index(options);
   auto key = key_from_option(options.key_file);
   if (!key) return report("inspect", key.error());
   LoadOptions load_options;
@@ -227,15 +296,19 @@ int run_inspect(const InspectOptions& options) {
 Command add_inspect_command(CLI::App& root) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* app = root.add_subcommand(
-      "inspect", "Validate a snapshot or filter set and print its header, fill ratio and fpp");
+      "inspect",
+      "Validate a snapshot, filter set or exact index and print its header, fill ratio and fpp");
   app->footer(
       "Every rule of the ABF1 format is checked, both checksums included. A keyed snapshot\n"
       "(hash protocol 2) needs its --key-file; the key itself is never shown, only its\n"
       "fingerprint. A filter set (a manifest, abf build --shards) is checked whole: the\n"
-      "manifest, then every shard against it; the set is shown, then each shard.\n"
+      "manifest, then every shard against it; the set is shown, then each shard. An exact\n"
+      "index (abf index, magic ABFX) is checked whole too: header, block checksums, order,\n"
+      "and whether its digests add up to the content fingerprint it records.\n"
       "Examples:\n"
       "  abf inspect catalog.abf --json\n"
       "  abf inspect catalog.abfs\n"
+      "  abf inspect catalog.abfx\n"
       "  abf build -n 1000 -p 0.01 -i digests.txt -o - | abf inspect -");
   app->add_option("snapshot", options->snapshot,
                   "ABF1 snapshot or filter-set manifest, or - for a snapshot on standard input")

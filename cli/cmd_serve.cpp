@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string config;
   std::string snapshot;
   std::string db;
+  std::string index;
   std::string key_file;
   std::string token_file;
   std::string tenant = "default";
@@ -65,6 +66,7 @@ Result<server::ServerConfig> make_config(const ServeOptions& options) {
     tenant.snapshot = options.snapshot;
     tenant.db = options.db;
     if (!options.key_file.empty()) tenant.key_file = options.key_file;
+    if (!options.index.empty()) tenant.index = options.index;
     config.tenants.push_back(std::move(tenant));
     if (!options.token_file.empty()) config.token_file = options.token_file;
   }
@@ -96,11 +98,13 @@ int run_serve(const ServeOptions& options) {
   if (options.config.empty() && (options.snapshot.empty() || options.db.empty())) {
     return usage_error("serve", "give --config FILE, or --snapshot and --db for one tenant");
   }
-  if (!options.config.empty() && (!options.snapshot.empty() || !options.db.empty() ||
-                                  !options.key_file.empty() || options.tenant != "default")) {
+  if (!options.config.empty() &&
+      (!options.snapshot.empty() || !options.db.empty() || !options.key_file.empty() ||
+       !options.index.empty() || options.tenant != "default")) {
     return usage_error("serve",
-                       "--config names the tenants; --snapshot, --db, --key-file and --tenant are "
-                       "for the one-tenant form without it");
+                       "--config names the tenants; --snapshot, --db, --index, --key-file and "
+                       "--tenant are for the one-tenant form without it (a tenant's \"index\" "
+                       "key in the file)");
   }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return usage_error("serve", "--tls-cert and --tls-key go together");
@@ -189,8 +193,12 @@ Command add_serve_command(CLI::App& root) {
       "Every answer is exact at the catalog's newest version, read once per request (header\n"
       "X-Abf-Catalog-Version, gRPC trailer x-abf-catalog-version): the filter proves absence,\n"
       "the catalog answers every maybe and every absent the catalog may have added after the\n"
-      "snapshot's version. --follow rebuilds a lagging snapshot in the background. SIGHUP or POST /admin/reload re-read each snapshot (a bad one is refused,\n"
+      "snapshot's version. --follow rebuilds a lagging snapshot in the background. SIGHUP or POST "
+      "/admin/reload re-read each snapshot (a bad one is refused,\n"
       "counted, and the old one keeps serving); SIGTERM stops gracefully.\n"
+      "--index (abf index) answers the filter's maybes from an exact index in memory instead\n"
+      "of SQLite, same answers: checked against the catalog at start (a mismatch exits 1) and\n"
+      "re-read and checked at every reload (a mismatch keeps the old one, reload answers 500).\n"
       "Prints one JSON ready line on stdout ({\"event\":\"ready\",\"http\":\"HOST:PORT\",...});\n"
       "logs (one JSON object a line, an access line per request, digests never at info) on\n"
       "stderr.\n"
@@ -206,6 +214,10 @@ Command add_serve_command(CLI::App& root) {
       ->check(not_a_stream("a snapshot the server re-reads on reload"));
   app->add_option("--db", options->db, "One tenant: its catalog database (opened read-only)")
       ->check(not_a_stream("a catalog database, which SQLite opens by name"));
+  app->add_option("--index", options->index,
+                  "One tenant: an exact index of its catalog (abf index) answering the filter's\n"
+                  "maybes in memory; re-read on reload")
+      ->check(not_a_stream("an index file the server re-reads on reload"));
   add_key_file_option(*app, options->key_file, "open the tenant's keyed (protocol 2) snapshot");
   app->add_option("--tenant", options->tenant, "One tenant: its name in paths (default default)");
   app->add_option("--token-file", options->token_file,

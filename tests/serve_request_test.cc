@@ -237,7 +237,8 @@ TEST(ServeConfig, ParsesACompleteFile) {
     "listen": "0.0.0.0:8443", "grpc_listen": "[::1]:9443",
     "token_file": "tokens", "tls_cert": "/etc/abf/cert.pem", "tls_key": "key.pem",
     "tenants": [{"name": "a", "snapshot": "a.abf", "db": "/srv/a.db", "key_file": "a.key"},
-                {"name": "b", "snapshot": "b.abf", "db": "b.db"}],
+                {"name": "b", "snapshot": "b.abf", "db": "b.db", "index": "/srv/b.abfx"},
+                {"name": "c", "snapshot": "c.abf", "db": "c.db", "index": "c.abfx"}],
     "limits": {"max_body_bytes": 1000, "max_digests_per_request": 10, "max_header_bytes": 100,
                "idle_timeout_seconds": 5, "request_timeout_seconds": 6},
     "rate_limit": {"requests_per_second": 2.5, "digests_per_second": 100, "burst_seconds": 3},
@@ -245,11 +246,14 @@ TEST(ServeConfig, ParsesACompleteFile) {
   auto config = parse_server_config(text, "serve.json", "/etc/abf");
   ASSERT_TRUE(config) << config.error().describe();
   EXPECT_EQ(config->http_listen, "0.0.0.0:8443");
-  EXPECT_EQ(config->tenants.size(), 2u);
+  EXPECT_EQ(config->tenants.size(), 3u);
   EXPECT_EQ(config->tenants[0].snapshot, "/etc/abf/a.abf");
   EXPECT_EQ(config->tenants[0].db, "/srv/a.db");
   EXPECT_EQ(*config->tenants[0].key_file, "/etc/abf/a.key");
   EXPECT_FALSE(config->tenants[1].key_file);
+  EXPECT_FALSE(config->tenants[0].index);
+  EXPECT_EQ(*config->tenants[1].index, "/srv/b.abfx");
+  EXPECT_EQ(*config->tenants[2].index, "/etc/abf/c.abfx");
   EXPECT_EQ(*config->token_file, "/etc/abf/tokens");
   EXPECT_EQ(*config->tls_cert, "/etc/abf/cert.pem");
   EXPECT_EQ(config->max_body_bytes, 1000u);
@@ -290,6 +294,15 @@ TEST(ServeConfig, NamesEveryMistake) {
   EXPECT_NE(error(R"({"tenants": [{"name": "a/b", "snapshot": "s", "db": "d"}]})").find("name"),
             std::string::npos);
   EXPECT_NE(error(R"({"tenants": [{"name": "a", "db": "d"}]})").find("snapshot: required"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [{"name": "a", "snapshot": "s", "db": "d", "index": ""}]})")
+                .find("tenants[0].index: empty path"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [{"name": "a", "snapshot": "s", "db": "d", "index": 3}]})")
+                .find("index: expected a string"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"tenants": [{"name": "a", "snapshot": "s", "db": "d", "indx": "i"}]})")
+                .find("unknown key \"indx\""),
             std::string::npos);
   EXPECT_NE(error(R"({"tenants": [)" + tenant + R"(], "log_level": "loud"})").find("log_level"),
             std::string::npos);

@@ -84,6 +84,24 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "set_shard_missing";
     case ErrorCode::kSetShardMismatch:
       return "set_shard_mismatch";
+    case ErrorCode::kIndexTruncated:
+      return "index_truncated";
+    case ErrorCode::kIndexBadMagic:
+      return "index_bad_magic";
+    case ErrorCode::kIndexUnsupportedFormat:
+      return "index_unsupported_format";
+    case ErrorCode::kIndexHeaderChecksum:
+      return "index_header_checksum";
+    case ErrorCode::kIndexInvalidHeader:
+      return "index_invalid_header";
+    case ErrorCode::kIndexTrailingBytes:
+      return "index_trailing_bytes";
+    case ErrorCode::kIndexBlockTableChecksum:
+      return "index_block_table_checksum";
+    case ErrorCode::kIndexBlockChecksum:
+      return "index_block_checksum";
+    case ErrorCode::kIndexNotAscending:
+      return "index_not_ascending";
   }
   return "unknown_error";
 }

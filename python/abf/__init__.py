@@ -39,6 +39,7 @@ from ._abf import (
     Catalog,
     Filter,
     FilterSet,
+    Index,
     Key,
     __version__,
     backends,
@@ -70,6 +71,7 @@ __all__ = [
     "FilterKeyError",
     "FilterSet",
     "IncompatibleError",
+    "Index",
     "InvalidArgumentError",
     "IoError",
     "Key",
@@ -92,6 +94,6 @@ __all__ = [
     "write_key_file",
 ]
 
-for _cls in (Catalog, Filter, FilterSet, Key):
+for _cls in (Catalog, Filter, FilterSet, Index, Key):
     _cls.__module__ = "abf"
 del _cls

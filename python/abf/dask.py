@@ -327,10 +327,27 @@ def _worker_catalog(path: str) -> _abf.Catalog:
         return catalog
 
 
+_indexes: dict[str, _abf.Index] = {}
+_indexes_lock = threading.Lock()
+
+
+def _worker_index(path: str) -> _abf.Index:
+    """The index at path, loaded (mapped) and verified once per worker
+    process; abf.dedup checks it against the catalog on every call, the sum
+    over its digests only the first time."""
+    with _indexes_lock:
+        index = _indexes.get(path)
+        if index is None:
+            index = _abf.Index.load(path, mode="map")
+            _indexes[path] = index
+        return index
+
+
 def _dedup_partition(digests: np.ndarray, filter: Any, catalog_path: str,
-                     backend: str) -> tuple[np.ndarray, dict]:
+                     backend: str, index_path: str | None = None) -> tuple[np.ndarray, dict]:
+    index = _worker_index(index_path) if index_path is not None else None
     return _abf.dedup(digests, filter, _worker_catalog(catalog_path), return_counts=True,
-                      backend=backend)
+                      backend=backend, index=index)
 
 
 def _first_occurrences(digests: np.ndarray) -> np.ndarray:
@@ -359,7 +376,7 @@ def _default_client():
 
 def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any = None,
                  column: str | None = None, client: Any = None, return_counts: bool = False,
-                 backend: str = "auto") -> Any:
+                 backend: str = "auto", index: Any = None) -> Any:
     """Bulk dedup on Dask: the candidates not in the catalog, in order, each once.
 
     The filter (a Filter, a FilterSet, or a path loaded here with ``key``) is
@@ -374,20 +391,41 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
 
     When the catalog file is also readable here, the filter is checked
     against it first (abf.CatalogMismatchError before any task runs).
+
+    ``index``: an exact index of the catalog (``abf index``,
+    ``Catalog.write_index``), its path as the workers see it or an
+    ``abf.Index`` (whose path is taken). Each worker process loads it once
+    (mapped) and answers the filter's maybes from it instead of SQLite, with
+    the same answers (``abf.dedup``'s ``index``). Where the files are readable
+    here, it is checked against the catalog here first, the whole check once
+    (abf.CatalogMismatchError before any task runs); each partition still
+    checks its worker's copy against the catalog, which costs a catalog read.
+    The counts then add ``index_version`` (the oldest a worker used),
+    ``index_lookups`` and ``store_lookups``, summed.
     """
     if isinstance(filter_or_set, (_abf.Filter, _abf.FilterSet)):
         filter = filter_or_set
     else:
         filter = _abf.load(filter_or_set, key=key)
     path = catalog.path if isinstance(catalog, _abf.Catalog) else os.fspath(catalog)
+    index_path = None
+    if index is not None:
+        index_path = index.path if isinstance(index, _abf.Index) else os.fspath(index)
+        if os.path.exists(index_path):
+            index_path = os.path.abspath(index_path)
     if os.path.exists(path):
         path = os.path.abspath(path)
-        _abf.dedup(np.empty((0, _DIGEST), np.uint8), filter, path)  # the checks, here
+        here = None
+        if index_path is not None and os.path.exists(index_path):
+            here = index if isinstance(index, _abf.Index) else _abf.Index.load(index_path, "map")
+        # The checks, here: the filter's, and the index's.
+        _abf.dedup(np.empty((0, _DIGEST), np.uint8), filter, path, index=here)
     if client is None:
         client = _default_client()
     parts = partitions(candidates, column)
     shipped = client.scatter(filter, broadcast=True, hash=False) if client is not None else filter
-    tasks = [delayed(_dedup_partition, pure=True)(p, shipped, path, backend) for p in parts]
+    tasks = [delayed(_dedup_partition, pure=True)(p, shipped, path, backend, index_path)
+             for p in parts]
     if client is not None:
         results = client.gather(client.compute(tasks))
     else:
@@ -403,6 +441,10 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
         "catalog_version": filter.catalog_version if oldest is None else oldest, "filter": True}
     for name in _SUMMED:
         counts[name] = sum(int(r[1][name]) for r in results)
+    if index_path is not None and results:
+        counts["index_version"] = min(int(r[1]["index_version"]) for r in results)
+        for name in ("index_lookups", "store_lookups"):
+            counts[name] = sum(int(r[1][name]) for r in results)
     counts["new"] = len(missing)
     counts["repeats"] = counts["total"] - counts["present"] - counts["new"]
     counts["exact_lookups_avoided"] = counts["total"] - counts["exact_lookups"]

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "abf/service/exact_index.hpp"
 #include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
 #include "abf/service/sqlite_catalog.hpp"
@@ -194,6 +195,31 @@ py::object catalog_build(const PyCatalog& c, py::handle expected_items, double f
   return py::cast(PyFilterSet{unwrap(std::move(set)), std::move(k)});
 }
 
+// `abf index`: the catalog's digests at `version` written to an index file.
+py::dict catalog_write_index(const PyCatalog& c, py::handle path, py::handle version,
+                             py::handle block_digests) {
+  const auto held = c.get();
+  SqliteCatalog& catalog = *held;
+  const auto p = path_from(path);
+  const std::uint64_t at = version_or_latest(catalog, version);
+  const std::uint64_t block =
+      count_from(block_digests, ErrorCode::kInvalidArgument, "block_digests");
+  if (block > kIndexMaxBlockDigests) {
+    raise(ErrorCode::kInvalidArgument, "block_digests " + std::to_string(block) + " is over " +
+                                           std::to_string(kIndexMaxBlockDigests));
+  }
+  Result<service::IndexBuildReport> report = [&] {
+    py::gil_scoped_release release;
+    return service::build_index_from_catalog(catalog, at, p, static_cast<std::uint32_t>(block));
+  }();
+  const auto built = unwrap(std::move(report));
+  py::dict d;
+  d["catalog_version"] = built.catalog_version;
+  d["digests"] = built.digest_count;
+  d["content_fingerprint"] = built.fingerprint.hex();
+  return d;
+}
+
 // The filter argument of dedup: a Filter, a FilterSet or a path.
 FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded) {
   if (!py::isinstance<PyFilter>(filter) && !py::isinstance<PyFilterSet>(filter)) {
@@ -204,9 +230,21 @@ FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded)
   return filter.cast<const PyFilterSet&>().set;
 }
 
+// An index argument: None, an abf.Index, or a path (loaded here, mapped).
+std::optional<PyIndex> index_from(py::handle object) {
+  if (object.is_none()) return std::nullopt;
+  if (py::isinstance<PyIndex>(object)) return object.cast<PyIndex>();
+  const auto path = path_from(object);
+  Result<Index> index = [&] {
+    py::gil_scoped_release release;
+    return Index::load(path, LoadMode::kMap);
+  }();
+  return PyIndex{unwrap(std::move(index)), path.string()};
+}
+
 py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, py::handle key,
                  bool use_filter, bool return_counts, const std::string& backend,
-                 std::size_t batch_size) {
+                 std::size_t batch_size, py::handle index_arg) {
   const Backend engine = backend_from(backend);
   if (batch_size == 0) raise(ErrorCode::kInvalidArgument, "batch_size must be at least 1");
   py::object loaded;
@@ -228,10 +266,12 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
   }
   const auto held = catalog_arg.cast<const PyCatalog&>().get();
   SqliteCatalog& catalog = *held;
+  const std::optional<PyIndex> index = index_from(index_arg);
   DigestInput input = digests_from(digests);
 
   std::vector<Digest> missing;
   service::BatchCounts counts;
+  service::IndexedLookupCounts index_counts;
   double seconds = 0;
   std::uint64_t version = set.catalog_version();  // then the head the answers are exact at
   Result<void> done;
@@ -239,9 +279,26 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
     py::gil_scoped_release release;
     done = [&]() -> Result<void> {
       const auto start = std::chrono::steady_clock::now();
+      // index=: the exact answers come from the index, checked against the
+      // catalog as a snapshot is (kCatalogMismatch), with the catalog behind
+      // it for what changed after the index's version (`abf dedup --index`).
+      // The sum over its digests is checked once per loaded index.
+      std::optional<service::IndexedRepository> indexed;
+      if (index) {
+        const bool verified = index->digests_verified->load(std::memory_order_acquire);
+        if (auto bound = service::check_index_binding(index->index, index->source, catalog,
+                                                      /*verify_digests=*/!verified);
+            !bound) {
+          return bound;
+        }
+        index->digests_verified->store(true, std::memory_order_release);
+        indexed.emplace(catalog, index->index);
+      }
+      service::ArtifactRepository& store =
+          indexed ? static_cast<service::ArtifactRepository&>(*indexed) : catalog;
       // Bound to the catalog: a snapshot of another catalog, or of none, is
       // refused (kCatalogMismatch) before any digest is looked at.
-      service::SnapshotPublisher publisher(nullptr, catalog);
+      service::SnapshotPublisher publisher(nullptr, store);
       // So is one that does not hold what the catalog holds at its version,
       // or of a version the catalog lacks (check_snapshot_binding).
       auto snapshot = publisher.publish(set, source);
@@ -249,7 +306,7 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       service::ServiceOptions options;
       options.use_filter = use_filter;
       options.backend = engine;
-      const service::ArtifactExistenceService service(publisher, catalog, nullptr, options);
+      const service::ArtifactExistenceService service(publisher, store, nullptr, options);
       // One head for the whole call: every answer exact at the catalog's
       // newest version, read once (PROTOCOL.md section 8).
       auto head = service.head(**snapshot);
@@ -267,13 +324,21 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
         append_missing(part, present.get(), seen, missing);
       }
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (indexed) index_counts = indexed->counts();
       return {};
     }();
   }
   unwrap(std::move(done));
   py::array_t<std::uint8_t> out = digest_array(missing);
   if (!return_counts) return out;
-  return py::make_tuple(out, counts_dict(counts, missing.size(), version, use_filter, seconds));
+  py::dict summary = counts_dict(counts, missing.size(), version, use_filter, seconds);
+  if (index) {
+    // As `abf dedup --index --json`: exact_lookups = index_lookups + store_lookups.
+    summary["index_version"] = index->index.catalog_version();
+    summary["index_lookups"] = index_counts.index_lookups;
+    summary["store_lookups"] = index_counts.store_lookups;
+  }
+  return py::make_tuple(out, summary);
 }
 
 }  // namespace
@@ -406,6 +471,12 @@ snapshot built from that version carries).
 )doc")
       .def("digests", &all_digests, py::arg("version") = py::none(),
            "Every digest present at version (default: the latest), ascending: (N, 32) uint8.")
+      .def("write_index", &catalog_write_index, py::arg("path"), py::arg("version") = py::none(),
+           py::arg("block_digests") = kIndexDefaultBlockDigests, R"doc(
+Writes the exact index (abf.Index, as `abf index`) of the catalog at version
+(default: the latest) to path, atomically, streaming the digests in order
+(bounded memory). Returns {"catalog_version", "digests", "content_fingerprint"}.
+)doc")
       .def("build_filter", &catalog_build, py::arg("expected_items"), py::arg("fpp"),
            py::arg("version") = py::none(), py::arg("key") = py::none(), py::arg("shards") = 1,
            py::arg("backend") = "auto", R"doc(
@@ -447,7 +518,8 @@ version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
 
   m.def("dedup", &dedup, py::arg("digests"), py::arg("filter"), py::arg("catalog"),
         py::arg("key") = py::none(), py::arg("use_filter") = true, py::arg("return_counts") = false,
-        py::arg("backend") = "auto", py::arg("batch_size") = 1 << 20, R"doc(
+        py::arg("backend") = "auto", py::arg("batch_size") = 1 << 20, py::arg("index") = py::none(),
+        R"doc(
 Bulk dedup: the digests not in the catalog at its newest version (read once
 per call; counts' catalog_version), in input order, each once, as a uint8
 array (M, 32). The filter proves most of them absent; only its maybes, and
@@ -460,6 +532,15 @@ catalog (its catalog_id), else abf.CatalogMismatchError. use_filter=False
 looks every digest up (the baseline). return_counts=True returns (missing,
 counts), counts as `abf dedup --json`: total = new + repeats + present,
 negative, maybe, false_positives, exact_lookups, ... The GIL is released.
+
+index: an abf.Index or the path of one (mapped) of this catalog, at any
+version it holds: the exact lookups are answered from it in memory instead
+of SQLite (digests changed after its version are still asked of the
+catalog), with the same answers. It is checked against the catalog first, as
+the filter is (abf.CatalogMismatchError); the sum over its digests only the
+first time a loaded Index is used. The counts then add index_version,
+index_lookups (answered in memory) and store_lookups (passed on to the
+catalog): exact_lookups = index_lookups + store_lookups.
 )doc");
 }
 

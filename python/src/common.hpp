@@ -6,9 +6,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/index.hpp"
 
 namespace abf::python {
 
@@ -117,9 +120,23 @@ struct PyFilterSet {
   std::optional<Key> key;
 };
 
+// An exact index as Python holds it (abf.Index): the library's index (shared,
+// immutable), the path it was loaded from, and whether its digests were
+// once found to add up to its header's fingerprint (check_index_binding's
+// costly last rule, needed once per loaded index; shared by copies).
+struct PyIndex {
+  Index index;
+  std::string source;
+  std::shared_ptr<std::atomic<bool>> digests_verified = std::make_shared<std::atomic<bool>>(false);
+};
+
+// A load mode argument: "auto", "copy" or "map" (ValueError otherwise).
+LoadMode load_mode_from(const std::string& mode);
+
 // Registers Filter, FilterSet, Key and the module functions on filters
-// (filters.cpp); Catalog and dedup (catalog.cpp).
+// (filters.cpp); Index (index.cpp); Catalog and dedup (catalog.cpp).
 void init_filters(py::module_& m);
+void init_index(py::module_& m);
 void init_catalog(py::module_& m);
 
 }  // namespace abf::python

@@ -283,13 +283,6 @@ py::object build(py::handle digests, py::handle expected_items, double fpp,
   return py::cast(PyFilterSet{unwrap(std::move(set)), std::move(options.key)});
 }
 
-LoadMode load_mode_from(const std::string& mode) {
-  if (mode == "auto") return LoadMode::kAuto;
-  if (mode == "copy") return LoadMode::kCopy;
-  if (mode == "map") return LoadMode::kMap;
-  throw py::value_error("mode must be \"auto\", \"copy\" or \"map\"");
-}
-
 py::object load(py::handle path_object, py::handle key, const std::string& mode) {
   const std::filesystem::path path = path_from(path_object);
   LoadOptions options;
@@ -498,6 +491,13 @@ void common_properties(Class& c, Get get) {
 }
 
 }  // namespace
+
+LoadMode load_mode_from(const std::string& mode) {
+  if (mode == "auto") return LoadMode::kAuto;
+  if (mode == "copy") return LoadMode::kCopy;
+  if (mode == "map") return LoadMode::kMap;
+  throw py::value_error("mode must be \"auto\", \"copy\" or \"map\"");
+}
 
 void init_filters(py::module_& m) {
   py::class_<Key>(m, "Key", R"doc(

@@ -62,5 +62,6 @@ PYBIND11_MODULE(_abf, m) {
       "simd_target", [] { return abf::simd_target_name(); },
       "The Highway target the SIMD engine runs on this CPU.");
   init_filters(m);
+  init_index(m);
   init_catalog(m);
 }

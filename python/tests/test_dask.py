@@ -208,3 +208,56 @@ def test_find_missing_refuses_a_filter_of_other_contents(client, catalog_file):
     future = client.submit(abf.dask._dedup_partition, stored[:100], part, str(path), "auto")
     with pytest.raises(abf.CatalogMismatchError, match="does not hold what"):
         future.result(timeout=120)
+
+
+def test_find_missing_with_an_index_equals_without(client, catalog_file, tmp_path):
+    """index=: each worker answers the filter's maybes from the index (loaded
+    once per worker process), with the answers and counts of SQLite's."""
+    path, stored = catalog_file
+    index_path = tmp_path / "c.abfx"
+    empty_path = tmp_path / "empty.abfx"
+    with abf.Catalog(path, read_only=True) as catalog:
+        version = catalog.version
+        f = catalog.build_filter(40_000, 0.2)  # many maybes for the index
+        catalog.write_index(index_path)
+        catalog.write_index(empty_path, version=0)
+    fresh = random_digests(20_000, seed=37)
+    candidates = np.concatenate([stored[2000:22000], fresh, fresh[:100]])  # ~50% present
+    np.random.default_rng(38).shuffle(candidates)
+    expected = sqlite_missing(path, candidates, version)
+    assert 0.3 < len(expected) / len(candidates) < 0.7
+    bag = chunks_bag(candidates, 16, 7)
+    plain, plain_counts = abf.dask.find_missing(bag, f, str(path), return_counts=True)
+    assert np.array_equal(plain, expected)
+    for given, at in ((str(index_path), version), (abf.Index.load(index_path), version),
+                      (str(empty_path), 0)):
+        missing, counts = abf.dask.find_missing(bag, f, str(path), return_counts=True,
+                                                index=given)
+        assert np.array_equal(missing, expected)
+        extra = {name: counts.pop(name) for name in ("index_version", "index_lookups",
+                                                       "store_lookups")}
+        assert counts == plain_counts
+        assert counts["exact_lookups"] > 1000
+        assert extra["index_version"] == at
+        assert extra["index_lookups"] + extra["store_lookups"] == counts["exact_lookups"]
+        if at == version:
+            assert extra["store_lookups"] == 0  # the index alone answers at its version
+        else:
+            # The empty index of version 0: every present digest was added
+            # after it, so each is asked of the catalog.
+            assert extra["store_lookups"] >= len(candidates) - len(expected) - 100
+    loaded = client.run(lambda: sorted(abf.dask._indexes))
+    assert any(str(index_path) in paths for paths in loaded.values()), loaded
+    # Another catalog's index: refused here before any task runs, and on a
+    # worker too.
+    other_db = tmp_path / "other.db"
+    with abf.Catalog.create(other_db) as other:
+        other.add(stored)
+        other.remove(stored[:4000])
+        other.write_index(tmp_path / "other.abfx")
+    with pytest.raises(abf.CatalogMismatchError, match="other.abfx"):
+        abf.dask.find_missing(bag, f, str(path), index=tmp_path / "other.abfx")
+    future = client.submit(abf.dask._dedup_partition, stored[:100], f, str(path), "auto",
+                           str(tmp_path / "other.abfx"))
+    with pytest.raises(abf.CatalogMismatchError, match="other.abfx"):
+        future.result(timeout=120)

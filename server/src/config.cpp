@@ -131,6 +131,7 @@ Result<void> validate(const ServerConfig& config) {
     }
     if (tenant.snapshot.empty()) return invalid(where + ".snapshot: required");
     if (tenant.db.empty()) return invalid(where + ".db: required");
+    if (tenant.index && tenant.index->empty()) return invalid(where + ".index: empty path");
   }
   if (auto http = parse_listen_address(config.http_listen); !http) {
     return invalid("listen: " + http.error().message);
@@ -293,25 +294,29 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
     }
   }
   if (!root.contains("tenants") || !root["tenants"].is_array()) {
-    return invalid(where + ": tenants: expected an array of {name, snapshot, db[, key_file]}");
+    return invalid(where +
+                   ": tenants: expected an array of {name, snapshot, db[, key_file, index]}");
   }
   const json& tenants = root["tenants"];
   for (std::size_t i = 0; i < tenants.size(); ++i) {
     const std::string at = where + ": tenants[" + std::to_string(i) + "]";
     const json& item = tenants[i];
     if (!item.is_object()) return invalid(at + ": expected an object");
-    if (auto ok = only_keys(item, {"name", "snapshot", "db", "key_file"}, at); !ok) {
+    if (auto ok = only_keys(item, {"name", "snapshot", "db", "key_file", "index"}, at); !ok) {
       return std::unexpected(ok.error());
     }
     TenantConfig tenant;
-    std::string snapshot, db, key_file;
+    std::string snapshot, db, key_file, index;
     for (auto ok : {field(item, "name", tenant.name, at), field(item, "snapshot", snapshot, at),
-                    field(item, "db", db, at), field(item, "key_file", key_file, at)}) {
+                    field(item, "db", db, at), field(item, "key_file", key_file, at),
+                    field(item, "index", index, at)}) {
       if (!ok) return std::unexpected(ok.error());
     }
     if (!snapshot.empty()) tenant.snapshot = resolve(base_dir, snapshot);
     if (!db.empty()) tenant.db = resolve(base_dir, db);
     if (!key_file.empty()) tenant.key_file = resolve(base_dir, key_file);
+    if (item.contains("index") && index.empty()) return invalid(at + ".index: empty path");
+    if (!index.empty()) tenant.index = resolve(base_dir, index);
     config.tenants.push_back(std::move(tenant));
   }
   if (auto ok = validate(config); !ok) return invalid(where + ": " + ok.error().message);

@@ -326,6 +326,52 @@ RequestResult<void> RateLimiter::admit_digests(std::size_t index, std::size_t di
 }
 
 // ---------------------------------------------------------------------------
+// TenantStore
+
+void TenantStore::set_index(Index index) {
+  auto next =
+      std::make_shared<service::IndexedRepository>(catalog_, std::move(index), head_cache_digests_);
+  const std::lock_guard lock(mutex_);
+  if (indexed_ != nullptr) {
+    const auto counts = indexed_->counts();
+    retired_.index_lookups += counts.index_lookups;
+    retired_.store_lookups += counts.store_lookups;
+  }
+  indexed_ = std::move(next);
+}
+
+service::IndexedLookupCounts TenantStore::lookups() const {
+  const std::lock_guard lock(mutex_);
+  service::IndexedLookupCounts total = retired_;
+  if (indexed_ != nullptr) {
+    const auto counts = indexed_->counts();
+    total.index_lookups += counts.index_lookups;
+    total.store_lookups += counts.store_lookups;
+  }
+  return total;
+}
+
+std::shared_ptr<service::IndexedRepository> TenantStore::current() const {
+  const std::lock_guard lock(mutex_);
+  return indexed_;
+}
+
+std::shared_ptr<const service::IndexedRepository> TenantStore::indexed() const { return current(); }
+
+Result<bool> TenantStore::exists_at_version(const Digest& digest, std::uint64_t catalog_version) {
+  if (const auto indexed = current()) return indexed->exists_at_version(digest, catalog_version);
+  return catalog_.exists_at_version(digest, catalog_version);
+}
+
+Result<void> TenantStore::exists_at_version(std::span<const Digest> digests,
+                                            std::uint64_t catalog_version, std::span<bool> exists) {
+  if (const auto indexed = current()) {
+    return indexed->exists_at_version(digests, catalog_version, exists);
+  }
+  return catalog_.exists_at_version(digests, catalog_version, exists);
+}
+
+// ---------------------------------------------------------------------------
 // Core
 
 Core::Core(const ServerConfig& config, std::unique_ptr<Logger> logger,
@@ -363,19 +409,28 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
     auto catalog = service::SqliteCatalog::open(tenant_config.db, open_options);
     if (!catalog) return fail(catalog.error().code, where + catalog.error().message);
     tenant->catalog = std::make_unique<service::SqliteCatalog>(std::move(*catalog));
+    tenant->store = std::make_unique<TenantStore>(*tenant->catalog, config.head.cache_digests);
     tenant->publisher =
-        std::make_unique<service::SnapshotPublisher>(&tenant->metrics, *tenant->catalog);
+        std::make_unique<service::SnapshotPublisher>(&tenant->metrics, *tenant->store);
     service::ServiceOptions service_options;
     service_options.backend = core->backend_;
     service_options.head_cache_digests = config.head.cache_digests;
     tenant->service = std::make_unique<service::ArtifactExistenceService>(
-        *tenant->publisher, *tenant->catalog, &tenant->metrics, service_options);
+        *tenant->publisher, *tenant->store, &tenant->metrics, service_options);
+    // An index that does not load, or is not what the catalog holds at its
+    // version, stops the server here: it was asked for, and serving without
+    // it would hide the mistake behind slower answers.
+    if (tenant->config.index) {
+      if (auto loaded = core->reload_index(*tenant, "start"); !loaded) {
+        return fail(loaded.error().code, where + loaded.error().message);
+      }
+    }
     core->by_name_[tenant_config.name] = tenant.get();
     core->tenants_.push_back(std::move(tenant));
   }
   core->released_.resize(core->tenants_.size());
   core->last_release_ = std::chrono::steady_clock::now();
-  core->reload("start");
+  core->reload("start", /*indexes=*/false);
   if (config.head.follow) {
     for (const auto& tenant : core->tenants_) {
       service::CatalogOpenOptions open_options;
@@ -541,12 +596,54 @@ Result<void> Core::reload_tenant(Tenant& tenant, std::string_view trigger, Tenan
   return {};
 }
 
-std::vector<TenantReload> Core::reload(std::string_view trigger) {
+Result<void> Core::reload_index(Tenant& tenant, std::string_view trigger) {
+  const std::lock_guard lock(tenant.reload_mutex);
+  const std::string path = tenant.config.index->string();
+  auto index = Index::load(*tenant.config.index);
+  Result<void> bound = index ? service::check_index_binding(*index, path, *tenant.catalog)
+                             : Result<void>(std::unexpected(index.error()));
+  if (!bound) {
+    tenant.index_reloads_failed.fetch_add(1, std::memory_order_relaxed);
+    const auto serving = tenant.store->indexed();
+    logger_->log(
+        LogLevel::kWarn,
+        {{"event", "index_refused"},
+         {"trigger", trigger},
+         {"tenant", tenant.config.name},
+         {"index", path},
+         {"serving_version", serving ? nlohmann::ordered_json(serving->index().catalog_version())
+                                     : nlohmann::ordered_json(nullptr)},
+         {"error", bound.error().describe()}});
+    return bound;
+  }
+  const std::uint64_t version = index->catalog_version();
+  const std::uint64_t count = index->size();
+  tenant.store->set_index(std::move(*index));
+  tenant.index_reloads_ok.fetch_add(1, std::memory_order_relaxed);
+  logger_->log(LogLevel::kInfo, {{"event", "index_published"},
+                                 {"trigger", trigger},
+                                 {"tenant", tenant.config.name},
+                                 {"index", path},
+                                 {"catalog_version", version},
+                                 {"digests", count}});
+  return {};
+}
+
+std::vector<TenantReload> Core::reload(std::string_view trigger, bool indexes) {
   std::vector<TenantReload> reports;
   for (const auto& tenant : tenants_) {
     TenantReload report;
     report.tenant = tenant->config.name;
+    Result<void> index_ok;
+    if (indexes && tenant->config.index) index_ok = reload_index(*tenant, trigger);
     (void)reload_tenant(*tenant, trigger, report);
+    // The snapshot's outcome stands on its own; a refused index makes the
+    // tenant's reload fail too (the old index keeps serving), both named.
+    if (!index_ok) {
+      report.ok = false;
+      report.error = "index refused, the old one keeps serving: " + index_ok.error().describe() +
+                     (report.error.empty() ? "" : "; snapshot: " + report.error);
+    }
     reports.push_back(std::move(report));
   }
   return reports;
@@ -569,6 +666,10 @@ nlohmann::ordered_json Core::readiness() const {
         {"ready", snapshot != nullptr},
         {"catalog_version", snapshot ? nlohmann::ordered_json(snapshot->catalog_version())
                                      : nlohmann::ordered_json(nullptr)}};
+    if (const auto indexed = tenant->store->indexed(); indexed != nullptr) {
+      item["index"] = {{"catalog_version", indexed->index().catalog_version()},
+                       {"digests", indexed->index().size()}};
+    }
     // How far the snapshot lags the catalog's head: answers stay exact at
     // the head (PROTOCOL.md section 8), so a lag is reported, not unready.
     // A head that cannot be answered at (behind the snapshot, rewritten
@@ -621,6 +722,7 @@ void Core::release_metrics() const {
       const auto counter = static_cast<service::Counter>(i);
       if (follows_answers(counter)) release.counters[i] = tenant.metrics.get(counter);
     }
+    release.index = tenant.store->lookups();
   }
   for (std::size_t e = 0; e < kEndpointCount; ++e) released_latency_[e] = latency_[e].values();
 }
@@ -709,6 +811,55 @@ std::string Core::prometheus() const {
            std::to_string(tenant->reloads_ok.load()) + "\n";
     out += "artifact_bloom_serve_reloads_total{" + label + ",result=\"failed\"} " +
            std::to_string(tenant->reloads_failed.load()) + "\n";
+  }
+  // The exact index in front of each catalog, where one is configured.
+  std::vector<std::pair<const Tenant*, std::shared_ptr<const service::IndexedRepository>>> indexes;
+  for (const auto& tenant : tenants_) {
+    if (tenant->config.index) indexes.emplace_back(tenant.get(), tenant->store->indexed());
+  }
+  if (!indexes.empty()) {
+    family("artifact_bloom_serve_index_reloads_total", "counter",
+           "Exact index loads (start, SIGHUP, POST /admin/reload) by result.");
+    for (const auto& [tenant, indexed] : indexes) {
+      const std::string label = "tenant=\"" + label_value(tenant->config.name) + "\"";
+      out += "artifact_bloom_serve_index_reloads_total{" + label + ",result=\"ok\"} " +
+             std::to_string(tenant->index_reloads_ok.load()) + "\n";
+      out += "artifact_bloom_serve_index_reloads_total{" + label + ",result=\"failed\"} " +
+             std::to_string(tenant->index_reloads_failed.load()) + "\n";
+    }
+    family("artifact_bloom_serve_index_version", "gauge",
+           "The catalog version of the exact index serving the filter's maybes.");
+    for (const auto& [tenant, indexed] : indexes) {
+      out += "artifact_bloom_serve_index_version{tenant=\"" + label_value(tenant->config.name) +
+             "\"} " + std::to_string(indexed->index().catalog_version()) + "\n";
+    }
+    family("artifact_bloom_serve_index_digests", "gauge", "Digests the serving exact index holds.");
+    for (const auto& [tenant, indexed] : indexes) {
+      out += "artifact_bloom_serve_index_digests{tenant=\"" + label_value(tenant->config.name) +
+             "\"} " + std::to_string(indexed->index().size()) + "\n";
+    }
+    // Exact lookups by who answered them; they follow the filter's answers,
+    // so they reach /metrics only as a release, as the filter counters do.
+    const auto released_index = [&](const Tenant* tenant) {
+      const auto at = std::find_if(tenants_.begin(), tenants_.end(),
+                                   [&](const auto& t) { return t.get() == tenant; });
+      return released[static_cast<std::size_t>(at - tenants_.begin())].index;
+    };
+    family("artifact_bloom_serve_index_lookups_total", "counter",
+           "Exact lookups answered from the index alone (as of the last metrics release).");
+    for (const auto& [tenant, indexed] : indexes) {
+      out += "artifact_bloom_serve_index_lookups_total{tenant=\"" +
+             label_value(tenant->config.name) + "\"} " +
+             std::to_string(released_index(tenant).index_lookups) + "\n";
+    }
+    family("artifact_bloom_serve_index_store_lookups_total", "counter",
+           "Exact lookups the index passed on to the catalog: digests changed after its "
+           "version (as of the last metrics release).");
+    for (const auto& [tenant, indexed] : indexes) {
+      out += "artifact_bloom_serve_index_store_lookups_total{tenant=\"" +
+             label_value(tenant->config.name) + "\"} " +
+             std::to_string(released_index(tenant).store_lookups) + "\n";
+    }
   }
   {
     const std::lock_guard lock(counts_mutex_);

@@ -24,10 +24,12 @@
 
 #include "abf/backend.hpp"
 #include "abf/digest.hpp"
+#include "abf/index.hpp"
 #include "abf/scheme.hpp"
 #include "abf/server/config.hpp"
 #include "abf/server/request.hpp"
 #include "abf/server/server.hpp"
+#include "abf/service/exact_index.hpp"
 #include "abf/service/metrics.hpp"
 #include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
@@ -50,16 +52,73 @@ class Logger {
   mutable std::mutex mutex_;
 };
 
+// A tenant's exact store: its catalog, with the exact index (when one is
+// configured) answering batch lookups in front of it. The index is replaced
+// whole at a reload (set_index) while requests run: each batch takes the
+// index that serves when it starts and keeps it to its end. Everything but
+// the lookups is the catalog's, so the publisher (bound to this store)
+// checks snapshots against the catalog exactly as without an index.
+class TenantStore final : public service::ArtifactRepository {
+ public:
+  explicit TenantStore(service::SqliteCatalog& catalog, std::uint64_t head_cache_digests)
+      : catalog_(catalog), head_cache_digests_(head_cache_digests) {}
+
+  // Serves `index` from now on (it must have passed check_index_binding).
+  void set_index(Index index);
+  // The index serving now; null without one.
+  std::shared_ptr<const service::IndexedRepository> indexed() const;
+  // Digests answered by every index this store has served (from the index
+  // alone, or passed on to the catalog), since start. A batch in flight
+  // on an index while a reload replaces it may go uncounted.
+  service::IndexedLookupCounts lookups() const;
+
+  Result<bool> exists_at_version(const Digest& digest, std::uint64_t catalog_version) override;
+  Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
+                                 std::span<bool> exists) override;
+  Result<std::uint64_t> latest_version() override { return catalog_.latest_version(); }
+  Result<service::CatalogContent> content_at_version(std::uint64_t catalog_version) override {
+    return catalog_.content_at_version(catalog_version);
+  }
+  Result<service::VersionChanges> changes_between(std::uint64_t after,
+                                                  std::uint64_t upto) override {
+    return catalog_.changes_between(after, upto);
+  }
+  Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
+                                     const service::DigestSink& sink,
+                                     std::size_t chunk_size = 0) override {
+    return catalog_.for_each_digest_added(after, upto, sink, chunk_size);
+  }
+  Result<std::vector<Digest>> sample_at_version(std::uint64_t catalog_version,
+                                                std::size_t count) override {
+    return catalog_.sample_at_version(catalog_version, count);
+  }
+  std::optional<service::CatalogBinding> catalog_binding() const override {
+    return catalog_.catalog_binding();
+  }
+
+ private:
+  std::shared_ptr<service::IndexedRepository> current() const;
+
+  service::SqliteCatalog& catalog_;
+  std::uint64_t head_cache_digests_;
+  mutable std::mutex mutex_;  // guards indexed_ (the pointer, not what it points to) and retired_
+  std::shared_ptr<service::IndexedRepository> indexed_;
+  service::IndexedLookupCounts retired_;  // the replaced indexes' counts
+};
+
 struct Tenant {
   TenantConfig config;
   std::optional<Key> key;
   service::Metrics metrics;
   std::unique_ptr<service::SqliteCatalog> catalog;
+  std::unique_ptr<TenantStore> store;  // the catalog, with the index in front when configured
   std::unique_ptr<service::SnapshotPublisher> publisher;
   std::unique_ptr<service::ArtifactExistenceService> service;
   std::mutex reload_mutex;  // one reload of this tenant at a time
   std::atomic<std::uint64_t> reloads_ok{0};
   std::atomic<std::uint64_t> reloads_failed{0};
+  std::atomic<std::uint64_t> index_reloads_ok{0};
+  std::atomic<std::uint64_t> index_reloads_failed{0};
   // Digests answered missing (exactly), counted after `metrics` counted
   // their filter answers: what the metrics release waits for.
   std::atomic<std::uint64_t> missing_answered{0};
@@ -187,7 +246,9 @@ class Core {
   // when the catalog fails.
   RequestResult<FindMissingOutcome> find_missing(Tenant& tenant, std::span<const Digest> digests);
 
-  std::vector<TenantReload> reload(std::string_view trigger);
+  // Re-reads every tenant's index (when `indexes`; a configured one) and
+  // snapshot; a tenant's report is ok when both were.
+  std::vector<TenantReload> reload(std::string_view trigger, bool indexes = true);
   bool ready() const;
   // Every tenant: {"name": {"ready": bool, "catalog_version": N, "lag":
   // {"head_version": H, "versions": N, "digests_added": N} or null}} ("lag"
@@ -212,6 +273,10 @@ class Core {
  private:
   Core(const ServerConfig& config, std::unique_ptr<Logger> logger, std::vector<TokenEntry> tokens);
   Result<void> reload_tenant(Tenant& tenant, std::string_view trigger, TenantReload& report);
+  // Loads the tenant's configured index, checks it against the catalog
+  // (check_index_binding) and serves it; on error the old one (or none)
+  // keeps serving.
+  Result<void> reload_index(Tenant& tenant, std::string_view trigger);
   // Takes the due releases (ServerConfig::metrics_release_*); under release_mutex_.
   void release_metrics() const;
   // --follow (follow.cpp): every head.follow_poll_ms, each tenant whose
@@ -246,6 +311,7 @@ class Core {
   struct Release {
     std::array<std::uint64_t, service::kCounterCount> counters{};
     std::uint64_t missing_mark = 0;  // Tenant::missing_answered at the release
+    service::IndexedLookupCounts index;  // TenantStore::lookups(): they follow filter answers too
   };
   mutable std::mutex release_mutex_;
   mutable std::vector<Release> released_;  // one per tenant, in tenants_' order

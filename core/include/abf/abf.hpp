@@ -15,6 +15,7 @@
 #include "abf/filter.hpp"
 #include "abf/filter_set.hpp"
 #include "abf/fingerprint.hpp"
+#include "abf/index.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
 #include "abf/merge.hpp"

@@ -65,6 +65,18 @@ enum class ErrorCode : std::uint8_t {
   kSetManifestInvalid,            // a manifest field breaks a rule (the message names it)
   kSetShardMissing,               // a shard file the manifest names does not exist
   kSetShardMismatch,              // a shard is not the one the manifest names (field named)
+  // Exact index files (ABFX, docs/protocol.md): one code per rule, in the
+  // order checked.
+  kIndexTruncated,            // shorter than the 128-byte header, or than the header promises
+  kIndexBadMagic,             // bytes 0..4 are not "ABFX"
+  kIndexUnsupportedFormat,    // formatVersion not 1
+  kIndexHeaderChecksum,       // headerChecksum does not match the header
+  kIndexInvalidHeader,        // a header field breaks a rule (the message names it)
+  kIndexTrailingBytes,        // longer than the header promises
+  kIndexBlockTableChecksum,   // the block table's checksum does not match
+  kIndexBlockChecksum,        // a block's checksum does not match (block named)
+  kIndexNotAscending,         // a digest not greater than the one before (duplicate or
+                              // out of order; position named)
 };
 
 // The snake_case name of a code ("invalid_digest"), as used in the golden

@@ -19,13 +19,18 @@
 namespace abf::server {
 
 // One tenant: its own catalog, snapshot and optional key (PROTOCOL.md
-// section 10). Requests name it in the path (/v1/<name>/...) or as gRPC
-// instance_name.
+// section 10), and optionally an exact index of the catalog (ABFX, `abf
+// index`) that answers the filter's maybes in memory. Requests name it in
+// the path (/v1/<name>/...) or as gRPC instance_name.
 struct TenantConfig {
   std::string name;
   std::filesystem::path snapshot;  // re-read on reload
   std::filesystem::path db;        // the SqliteCatalog, opened read-only
   std::optional<std::filesystem::path> key_file;
+  // Checked against the catalog (check_index_binding) at start, where a
+  // refusal stops the server, and re-read and checked at every reload
+  // (SIGHUP, POST /admin/reload), where a refusal keeps the old one.
+  std::optional<std::filesystem::path> index;
 };
 
 // Per-token limits (token buckets); 0 is no limit. A bucket holds

@@ -1,0 +1,703 @@
+// ABFX exact index: writing, strict loading and batched lookups
+// (docs/protocol.md, "Exact index (ABFX)").
+#include "abf/index.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "abf/io.hpp"
+
+namespace abf {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "index integers are little-endian; big-endian hosts need byte swaps here");
+
+constexpr char kMagic[4] = {'A', 'B', 'F', 'X'};
+constexpr std::size_t kContentFlagsOffset = 12;
+constexpr std::size_t kCatalogIdOffset = 16;
+constexpr std::size_t kCatalogVersionOffset = 32;
+constexpr std::size_t kFingerprintOffset = 40;
+constexpr std::size_t kDigestCountOffset = 56;
+constexpr std::size_t kBlockDigestsOffset = 64;
+constexpr std::size_t kBlockCountOffset = 72;
+constexpr std::size_t kHeaderChecksumOffset = 80;
+// Reserved, all zero: bytes 68..72 and 88..128.
+constexpr std::size_t kReserved1Begin = 68;
+constexpr std::size_t kReserved1End = 72;
+constexpr std::size_t kReserved2Begin = 88;
+
+template <class T>
+T load_le(const std::uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+template <class T>
+void store_le(std::uint8_t* p, T value) {
+  std::memcpy(p, &value, sizeof(T));
+}
+
+std::uint64_t xxh3(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
+
+std::string hex64(std::uint64_t value) {
+  char text[19];
+  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+std::uint64_t header_checksum(const std::uint8_t* bytes) {
+  std::uint8_t copy[kIndexHeaderSize];
+  std::memcpy(copy, bytes, kIndexHeaderSize);
+  std::memset(copy + kHeaderChecksumOffset, 0, 8);
+  return xxh3(copy, kIndexHeaderSize);
+}
+
+std::uint64_t block_count_of(std::uint64_t digest_count, std::uint32_t block_digests) {
+  return (digest_count + block_digests - 1) / block_digests;
+}
+
+bool valid_block_digests(std::uint32_t block_digests) {
+  return block_digests >= 1 && block_digests <= kIndexMaxBlockDigests &&
+         std::has_single_bit(block_digests);
+}
+
+// The first 8 bytes of a digest as a big-endian integer: ordering by it,
+// then by the other 24 bytes, is bytewise order.
+inline std::uint64_t key_of(const Digest& digest) noexcept {
+  std::uint64_t word;
+  std::memcpy(&word, digest.bytes.data(), 8);
+  return std::byteswap(word);
+}
+
+inline bool less(const Digest& a, const Digest& b) noexcept {
+  const std::uint64_t ka = key_of(a);
+  const std::uint64_t kb = key_of(b);
+  if (ka != kb) return ka < kb;
+  return std::memcmp(a.bytes.data() + 8, b.bytes.data() + 8, Digest::kSize - 8) < 0;
+}
+
+std::array<std::uint8_t, kIndexHeaderSize> encode_header(const IndexIdentity& identity,
+                                                         std::uint64_t digest_count) {
+  std::array<std::uint8_t, kIndexHeaderSize> header{};
+  std::uint8_t* p = header.data();
+  std::memcpy(p, kMagic, 4);
+  store_le<std::uint32_t>(p + 4, kIndexFormatVersion);
+  store_le<std::uint32_t>(p + 8, static_cast<std::uint32_t>(kIndexHeaderSize));
+  std::memcpy(p + kCatalogIdOffset, identity.catalog_id.bytes.data(), 16);
+  store_le<std::uint64_t>(p + kCatalogVersionOffset, identity.catalog_version);
+  if (identity.content_fingerprint) {
+    store_le<std::uint32_t>(p + kContentFlagsOffset, kContentFlagFingerprint);
+    const auto stored = identity.content_fingerprint->bytes();
+    std::memcpy(p + kFingerprintOffset, stored.data(), stored.size());
+  }
+  store_le<std::uint64_t>(p + kDigestCountOffset, digest_count);
+  store_le<std::uint32_t>(p + kBlockDigestsOffset, identity.block_digests);
+  store_le<std::uint64_t>(p + kBlockCountOffset,
+                          block_count_of(digest_count, identity.block_digests));
+  store_le<std::uint64_t>(p + kHeaderChecksumOffset, header_checksum(p));
+  return header;
+}
+
+Result<void> check_identity(const IndexIdentity& identity, std::uint64_t digest_count) {
+  if (!valid_block_digests(identity.block_digests)) {
+    return fail(ErrorCode::kInvalidArgument,
+                "index: block size " + std::to_string(identity.block_digests) +
+                    " digests is not a power of two in 1..2^20");
+  }
+  if (digest_count > kIndexMaxDigestCount) {
+    return fail(ErrorCode::kInvalidArgument, "index: " + std::to_string(digest_count) +
+                                                 " digests exceed the format's 2^40");
+  }
+  return {};
+}
+
+Error not_ascending(std::uint64_t position, const Digest& previous, const Digest& digest,
+                    const std::string& where, ErrorCode code) {
+  return Error{code, where + ": digest " + std::to_string(position) + " (" + digest.hex() + ") " +
+                         (digest == previous ? "repeats digest " : "is less than digest ") +
+                         std::to_string(position - 1) +
+                         "; an index holds distinct digests in strictly ascending byte order"};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+struct IndexWriter::State {
+  AtomicFile file;
+  std::uint64_t expected = 0;
+  std::uint64_t written = 0;
+  std::uint32_t block_digests = 0;
+  Digest last{};
+  std::vector<std::uint64_t> block_checksums;
+  XXH3_state_t* block_state = nullptr;
+  std::uint64_t in_block = 0;
+
+  explicit State(AtomicFile f) : file(std::move(f)) {}
+  ~State() {
+    if (block_state != nullptr) XXH3_freeState(block_state);
+  }
+};
+
+IndexWriter::IndexWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
+IndexWriter::IndexWriter(IndexWriter&&) noexcept = default;
+IndexWriter& IndexWriter::operator=(IndexWriter&&) noexcept = default;
+IndexWriter::~IndexWriter() = default;
+
+Result<IndexWriter> IndexWriter::create(const std::filesystem::path& path,
+                                        const IndexIdentity& identity,
+                                        std::uint64_t digest_count) {
+  if (auto ok = check_identity(identity, digest_count); !ok) return std::unexpected(ok.error());
+  auto file = AtomicFile::create(path);
+  if (!file) return std::unexpected(file.error());
+  auto state = std::make_unique<State>(std::move(*file));
+  state->expected = digest_count;
+  state->block_digests = identity.block_digests;
+  state->block_checksums.reserve(
+      static_cast<std::size_t>(block_count_of(digest_count, identity.block_digests)));
+  state->block_state = XXH3_createState();
+  if (state->block_state == nullptr || XXH3_64bits_reset(state->block_state) != XXH_OK) {
+    return fail(ErrorCode::kIo, "index: out of memory for a checksum state");
+  }
+  const auto header = encode_header(identity, digest_count);
+  if (auto wrote = state->file.write(header); !wrote) return std::unexpected(wrote.error());
+  return IndexWriter(std::move(state));
+}
+
+Result<void> IndexWriter::add(std::span<const Digest> digests) {
+  State& s = *state_;
+  if (digests.size() > s.expected - s.written) {
+    return fail(ErrorCode::kInvalidArgument,
+                "index: more digests than the " + std::to_string(s.expected) + " announced");
+  }
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    const std::uint64_t position = s.written + i;
+    const Digest& previous = i == 0 ? s.last : digests[i - 1];
+    if (position > 0 && !less(previous, digests[i])) {
+      return std::unexpected(
+          not_ascending(position, previous, digests[i], "index", ErrorCode::kInvalidArgument));
+    }
+  }
+  // Block checksums over the digests' bytes, cut at block boundaries.
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(digests.data());
+  std::size_t done = 0;
+  while (done < digests.size()) {
+    const std::size_t take = static_cast<std::size_t>(
+        std::min<std::uint64_t>(digests.size() - done, s.block_digests - s.in_block));
+    XXH3_64bits_update(s.block_state, bytes + done * Digest::kSize, take * Digest::kSize);
+    s.in_block += take;
+    done += take;
+    if (s.in_block == s.block_digests) {
+      s.block_checksums.push_back(XXH3_64bits_digest(s.block_state));
+      XXH3_64bits_reset(s.block_state);
+      s.in_block = 0;
+    }
+  }
+  if (auto wrote = s.file.write({bytes, digests.size() * Digest::kSize}); !wrote) return wrote;
+  s.written += digests.size();
+  if (!digests.empty()) s.last = digests.back();
+  return {};
+}
+
+Result<void> IndexWriter::commit() {
+  State& s = *state_;
+  if (s.written != s.expected) {
+    return fail(ErrorCode::kInvalidArgument, "index: " + std::to_string(s.written) +
+                                                 " digests arrived, " + std::to_string(s.expected) +
+                                                 " were announced");
+  }
+  if (s.in_block != 0) s.block_checksums.push_back(XXH3_64bits_digest(s.block_state));
+  std::vector<std::uint8_t> table(s.block_checksums.size() * 8 + 8);
+  for (std::size_t i = 0; i < s.block_checksums.size(); ++i) {
+    store_le<std::uint64_t>(table.data() + 8 * i, s.block_checksums[i]);
+  }
+  const std::size_t table_size = s.block_checksums.size() * 8;
+  store_le<std::uint64_t>(table.data() + table_size, xxh3(table.data(), table_size));
+  if (auto wrote = s.file.write(table); !wrote) return wrote;
+  return s.file.commit();
+}
+
+Result<std::vector<std::uint8_t>> serialize_index(const IndexIdentity& identity,
+                                                  std::span<const Digest> digests) {
+  if (auto ok = check_identity(identity, digests.size()); !ok) return std::unexpected(ok.error());
+  for (std::size_t i = 1; i < digests.size(); ++i) {
+    if (!less(digests[i - 1], digests[i])) {
+      return std::unexpected(
+          not_ascending(i, digests[i - 1], digests[i], "index", ErrorCode::kInvalidArgument));
+    }
+  }
+  const auto header = encode_header(identity, digests.size());
+  std::vector<std::uint8_t> bytes(header.begin(), header.end());
+  const auto* body = reinterpret_cast<const std::uint8_t*>(digests.data());
+  bytes.insert(bytes.end(), body, body + digests.size() * Digest::kSize);
+  const std::uint64_t blocks = block_count_of(digests.size(), identity.block_digests);
+  const std::size_t table_at = bytes.size();
+  bytes.resize(table_at + blocks * 8 + 8);
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    const std::uint64_t first = b * identity.block_digests;
+    const std::uint64_t count =
+        std::min<std::uint64_t>(identity.block_digests, digests.size() - first);
+    store_le<std::uint64_t>(bytes.data() + table_at + 8 * b,
+                            xxh3(body + first * Digest::kSize, count * Digest::kSize));
+  }
+  store_le<std::uint64_t>(bytes.data() + table_at + blocks * 8,
+                          xxh3(bytes.data() + table_at, blocks * 8));
+  return bytes;
+}
+
+Result<void> save_index(const std::filesystem::path& path, const IndexIdentity& identity,
+                        std::span<const Digest> digests) {
+  auto writer = IndexWriter::create(path, identity, digests.size());
+  if (!writer) return std::unexpected(writer.error());
+  if (auto added = writer->add(digests); !added) return added;
+  return writer->commit();
+}
+
+// ---------------------------------------------------------------------------
+// Validation.
+
+namespace {
+
+Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t file_size,
+                                    const std::string& where) {
+  auto error = [&](ErrorCode code, const std::string& what) {
+    return fail(code, where + ": " + what);
+  };
+  if (file_size < kIndexHeaderSize) {
+    return error(ErrorCode::kIndexTruncated,
+                 "file is " + std::to_string(file_size) +
+                     " bytes, shorter than the 128-byte ABFX header");
+  }
+  if (std::memcmp(bytes, kMagic, 4) != 0) {
+    return error(ErrorCode::kIndexBadMagic, "not an ABFX index (bad magic)");
+  }
+  IndexHeader h;
+  h.format_version = load_le<std::uint32_t>(bytes + 4);
+  h.header_size = load_le<std::uint32_t>(bytes + 8);
+  h.content_flags = load_le<std::uint32_t>(bytes + kContentFlagsOffset);
+  std::memcpy(h.catalog_id.bytes.data(), bytes + kCatalogIdOffset, 16);
+  h.catalog_version = load_le<std::uint64_t>(bytes + kCatalogVersionOffset);
+  h.content_fingerprint_bytes = ContentFingerprint::from_bytes(
+      std::span<const std::uint8_t, 16>(bytes + kFingerprintOffset, 16));
+  h.digest_count = load_le<std::uint64_t>(bytes + kDigestCountOffset);
+  h.block_digests = load_le<std::uint32_t>(bytes + kBlockDigestsOffset);
+  h.block_count = load_le<std::uint64_t>(bytes + kBlockCountOffset);
+  h.header_checksum = load_le<std::uint64_t>(bytes + kHeaderChecksumOffset);
+  if (h.format_version != kIndexFormatVersion) {
+    return error(ErrorCode::kIndexUnsupportedFormat,
+                 "format version " + std::to_string(h.format_version) +
+                     " is not supported (this build reads version 1)");
+  }
+  // The checksum before the fields: a corrupt header is not interpreted.
+  if (const auto actual = header_checksum(bytes); actual != h.header_checksum) {
+    return error(ErrorCode::kIndexHeaderChecksum, "header checksum mismatch (stored " +
+                                                      hex64(h.header_checksum) + ", computed " +
+                                                      hex64(actual) + ")");
+  }
+  if (h.header_size != kIndexHeaderSize) {
+    return error(ErrorCode::kIndexInvalidHeader,
+                 "header size " + std::to_string(h.header_size) + " is not 128");
+  }
+  if ((h.content_flags & ~kContentFlagFingerprint) != 0) {
+    return error(ErrorCode::kIndexInvalidHeader,
+                 "content flags " + hex64(h.content_flags) +
+                     " have a bit set besides bit 0 (fingerprint present)");
+  }
+  if ((h.content_flags & kContentFlagFingerprint) == 0 &&
+      h.content_fingerprint_bytes != ContentFingerprint{}) {
+    return error(ErrorCode::kIndexInvalidHeader,
+                 "content fingerprint " + h.content_fingerprint_bytes.hex() +
+                     " is stored but content flags bit 0 (fingerprint present) is clear");
+  }
+  if (h.digest_count > kIndexMaxDigestCount) {
+    return error(ErrorCode::kIndexInvalidHeader,
+                 "digest count " + std::to_string(h.digest_count) + " exceeds 2^40");
+  }
+  if (!valid_block_digests(h.block_digests)) {
+    return error(ErrorCode::kIndexInvalidHeader,
+                 "block size " + std::to_string(h.block_digests) +
+                     " digests is not a power of two in 1..2^20");
+  }
+  if (const auto blocks = block_count_of(h.digest_count, h.block_digests);
+      h.block_count != blocks) {
+    return error(ErrorCode::kIndexInvalidHeader,
+                 "block count " + std::to_string(h.block_count) + " is not ceil(" +
+                     std::to_string(h.digest_count) + " digests / " +
+                     std::to_string(h.block_digests) + ") = " + std::to_string(blocks));
+  }
+  for (std::size_t i = 0; i < kIndexHeaderSize; ++i) {
+    const bool reserved =
+        (i >= kReserved1Begin && i < kReserved1End) || i >= kReserved2Begin;
+    if (reserved && bytes[i] != 0) {
+      return error(ErrorCode::kIndexInvalidHeader,
+                   "reserved header byte " + std::to_string(i) + " is not zero");
+    }
+  }
+  const std::uint64_t expected = h.file_size();
+  if (file_size < expected) {
+    return error(ErrorCode::kIndexTruncated, "file is " + std::to_string(file_size) +
+                                                 " bytes, the header promises " +
+                                                 std::to_string(expected) + " (" +
+                                                 std::to_string(h.digest_count) + " digests)");
+  }
+  if (file_size > expected) {
+    return error(ErrorCode::kIndexTrailingBytes,
+                 "file is " + std::to_string(file_size) + " bytes, " +
+                     std::to_string(file_size - expected) + " more than the header promises");
+  }
+  return h;
+}
+
+// Everything after the header: the table's checksum, each block's, then
+// the order. `file` is the whole file, its header already validated.
+Result<void> validate_body(const IndexHeader& h, const std::uint8_t* file,
+                           const std::string& where) {
+  const std::uint8_t* body = file + kIndexHeaderSize;
+  const std::uint8_t* table = body + h.digest_count * Digest::kSize;
+  const std::size_t table_size = static_cast<std::size_t>(h.block_count * 8);
+  const std::uint64_t stored_table = load_le<std::uint64_t>(table + table_size);
+  if (const auto actual = xxh3(table, table_size); actual != stored_table) {
+    return fail(ErrorCode::kIndexBlockTableChecksum,
+                where + ": block table checksum mismatch (stored " + hex64(stored_table) +
+                    ", computed " + hex64(actual) + ")");
+  }
+  for (std::uint64_t b = 0; b < h.block_count; ++b) {
+    const std::uint64_t first = b * h.block_digests;
+    const std::uint64_t count = std::min<std::uint64_t>(h.block_digests, h.digest_count - first);
+    const std::uint64_t stored = load_le<std::uint64_t>(table + 8 * b);
+    if (const auto actual = xxh3(body + first * Digest::kSize, count * Digest::kSize);
+        actual != stored) {
+      return fail(ErrorCode::kIndexBlockChecksum,
+                  where + ": block " + std::to_string(b) + " (digests " + std::to_string(first) +
+                      ".." + std::to_string(first + count - 1) + ", bytes " +
+                      std::to_string(kIndexHeaderSize + first * Digest::kSize) + "..) checksum " +
+                      "mismatch (stored " + hex64(stored) + ", computed " + hex64(actual) + ")");
+    }
+  }
+  const auto* digests = reinterpret_cast<const Digest*>(body);
+  for (std::uint64_t i = 1; i < h.digest_count; ++i) {
+    if (!less(digests[i - 1], digests[i])) {
+      return std::unexpected(
+          not_ascending(i, digests[i - 1], digests[i], where, ErrorCode::kIndexNotAscending));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<IndexHeader> parse_index_header(std::span<const std::uint8_t> bytes,
+                                       std::uint64_t file_size) {
+  if (bytes.size() < std::min<std::uint64_t>(file_size, kIndexHeaderSize)) {
+    return fail(ErrorCode::kInvalidArgument, "index: fewer header bytes than the file has");
+  }
+  return validate_header(bytes.data(), file_size, "index");
+}
+
+// ---------------------------------------------------------------------------
+// The loaded index and its search.
+
+// The radix table: bucket b = the top `bits` bits of a digest's key;
+// start[b] is the first digest of bucket b or a later one, start[b + 1] the
+// end. With bits = floor(log2 n), buckets hold 1-2 digests on average for
+// uniform digests (SHA-256), so a lookup reads one table entry and one or
+// two cache lines of digests. Adversarial (non-uniform) digests make long
+// buckets, searched by bisection: O(log n), never wrong.
+struct Index::State {
+  IndexHeader header;
+  std::shared_ptr<const std::uint8_t> storage;  // the whole file (owned copy or mapping)
+  const Digest* digests = nullptr;
+  unsigned bits = 0;   // table index = key >> (64 - bits); 0 bits: one bucket
+  std::vector<std::uint32_t> start32;  // digest_count < 2^32
+  std::vector<std::uint64_t> start64;  // otherwise
+
+  std::uint64_t bucket_of(const Digest& digest) const noexcept {
+    return bits == 0 ? 0 : key_of(digest) >> (64 - bits);
+  }
+  template <class Offset>
+  void build(std::vector<Offset>& start) {
+    const std::uint64_t buckets = std::uint64_t{1} << bits;
+    start.assign(buckets + 1, 0);
+    std::uint64_t b = 0;
+    for (std::uint64_t i = 0; i < header.digest_count; ++i) {
+      const std::uint64_t mine = bucket_of(digests[i]);
+      while (b <= mine) start[b++] = static_cast<Offset>(i);
+    }
+    while (b <= buckets) start[b++] = static_cast<Offset>(header.digest_count);
+  }
+  void build_table() {
+    const std::uint64_t n = header.digest_count;
+    bits = n < 2 ? 0 : static_cast<unsigned>(std::bit_width(n) - 1);
+    bits = std::min(bits, 32u);
+    if (n < (std::uint64_t{1} << 32)) {
+      build(start32);
+    } else {
+      build(start64);
+    }
+  }
+
+  // Whether digests[lo, hi) holds `digest`.
+  bool search(const Digest& digest, std::uint64_t lo, std::uint64_t hi) const noexcept {
+    while (hi - lo > 8) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (less(digests[mid], digest)) {
+        lo = mid + 1;
+      } else if (less(digest, digests[mid])) {
+        hi = mid;
+      } else {
+        return true;
+      }
+    }
+    const std::uint64_t key = key_of(digest);
+    for (; lo < hi; ++lo) {
+      const std::uint64_t k = key_of(digests[lo]);
+      if (k < key) continue;
+      if (k > key) return false;
+      const int order =
+          std::memcmp(digests[lo].bytes.data() + 8, digest.bytes.data() + 8, Digest::kSize - 8);
+      if (order == 0) return true;
+      if (order > 0) return false;
+    }
+    return false;
+  }
+
+  template <class Offset, class Out>
+  void contains_batch(const std::vector<Offset>& start, std::span<const Digest> queries,
+                      Out* out) const noexcept {
+    // A three-stage software pipeline, kDistance queries apart: stage 1
+    // prefetches query i's table entry, stage 2 (query i - D) reads it and
+    // prefetches the bucket's first cache lines, stage 3 (query i - 2D)
+    // searches. ~2D misses are in flight at once instead of one.
+    constexpr std::size_t kDistance = 16;
+    constexpr std::size_t kRing = 64;  // > 2 * kDistance, a power of two
+    std::uint64_t bucket[kRing];
+    std::uint64_t lo[kRing];
+    std::uint64_t hi[kRing];
+    const std::size_t n = queries.size();
+    const Offset* table = start.data();
+    for (std::size_t i = 0; i < n + 2 * kDistance; ++i) {
+      if (i < n) {
+        const std::uint64_t b = bucket_of(queries[i]);
+        bucket[i % kRing] = b;
+        __builtin_prefetch(table + b);
+      }
+      if (i >= kDistance && i - kDistance < n) {
+        const std::size_t j = (i - kDistance) % kRing;
+        lo[j] = table[bucket[j]];
+        hi[j] = table[bucket[j] + 1];
+        const Digest* first = digests + lo[j];
+        __builtin_prefetch(first);
+        __builtin_prefetch(reinterpret_cast<const char*>(first) + 63);
+      }
+      if (i >= 2 * kDistance) {
+        const std::size_t q = i - 2 * kDistance;
+        const std::size_t j = q % kRing;
+        out[q] = search(queries[q], lo[j], hi[j]);
+      }
+    }
+  }
+
+  template <class Out>
+  void contains_all(std::span<const Digest> queries, Out* out) const noexcept {
+    if (header.digest_count == 0) {
+      std::fill(out, out + queries.size(), Out{});
+      return;
+    }
+    if (!start32.empty()) {
+      contains_batch(start32, queries, out);
+    } else {
+      contains_batch(start64, queries, out);
+    }
+  }
+
+  bool contains_one(const Digest& digest) const noexcept {
+    if (header.digest_count == 0) return false;
+    const std::uint64_t b = bucket_of(digest);
+    if (!start32.empty()) return search(digest, start32[b], start32[b + 1]);
+    return search(digest, start64[b], start64[b + 1]);
+  }
+};
+
+namespace {
+
+std::shared_ptr<Index::State> empty_state() {
+  auto state = std::make_shared<Index::State>();
+  state->header.format_version = kIndexFormatVersion;
+  state->header.header_size = kIndexHeaderSize;
+  state->header.block_digests = kIndexDefaultBlockDigests;
+  return state;
+}
+
+// A 64-byte aligned buffer of `size` bytes (digests on cache-line
+// boundaries, as in a mapping).
+std::shared_ptr<std::uint8_t> allocate_bytes(std::size_t size) {
+  const std::size_t rounded = (std::max<std::size_t>(size, 1) + 63) / 64 * 64;
+  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(64, rounded));
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<std::uint8_t>(p, [](std::uint8_t* q) { std::free(q); });
+}
+
+Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t> storage,
+                                             std::uint64_t size, const std::string& where) {
+  auto header = validate_header(storage.get(), size, where);
+  if (!header) return std::unexpected(header.error());
+  if (auto ok = validate_body(*header, storage.get(), where); !ok) {
+    return std::unexpected(ok.error());
+  }
+  auto state = std::make_shared<Index::State>();
+  state->header = *header;
+  state->digests = reinterpret_cast<const Digest*>(storage.get() + kIndexHeaderSize);
+  state->storage = std::move(storage);
+  state->build_table();
+  return state;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, std::uint64_t offset,
+                        const std::string& where) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return fail(ErrorCode::kIo, where + ": read error: " + std::strerror(errno));
+    }
+    if (got == 0) return fail(ErrorCode::kIndexTruncated, where + ": file shrank while reading");
+    done += static_cast<std::size_t>(got);
+  }
+  return {};
+}
+
+}  // namespace
+
+Index::Index() : state_(empty_state()) {}
+Index::Index(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+const IndexHeader& Index::header() const noexcept { return state_->header; }
+
+std::span<const Digest> Index::digests() const noexcept {
+  return {state_->digests, static_cast<std::size_t>(state_->header.digest_count)};
+}
+
+bool Index::contains(const Digest& digest) const noexcept { return state_->contains_one(digest); }
+
+Result<void> Index::contains(std::span<const Digest> digests, std::span<std::uint8_t> out) const {
+  if (out.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument, "index: answer span holds " +
+                                                 std::to_string(out.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
+  }
+  state_->contains_all(digests, out.data());
+  return {};
+}
+
+Result<void> Index::contains(std::span<const Digest> digests, std::span<bool> out) const {
+  if (out.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument, "index: answer span holds " +
+                                                 std::to_string(out.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
+  }
+  state_->contains_all(digests, out.data());
+  return {};
+}
+
+Result<Index> Index::parse(std::span<const std::uint8_t> bytes) {
+  // Header first: a hostile header costs nothing before it is refused.
+  auto header = validate_header(bytes.data(), bytes.size(), "index");
+  if (!header) return std::unexpected(header.error());
+  auto copy = allocate_bytes(bytes.size());
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  auto state = finish(std::move(copy), bytes.size(), "index");
+  if (!state) return std::unexpected(state.error());
+  return Index(std::move(*state));
+}
+
+Result<Index> Index::load(const std::filesystem::path& path, LoadMode mode) {
+  const std::string where = path.string();
+  // O_NONBLOCK: a FIFO without a writer must not hang the caller.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) {
+    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return fail(ErrorCode::kIo,
+                where + ": is " + file_kind(info.st_mode) + ", not a regular index file");
+  }
+  const auto size = static_cast<std::uint64_t>(info.st_size);
+  std::uint8_t header_bytes[kIndexHeaderSize] = {};
+  if (auto ok = read_exact(fd.get(), header_bytes,
+                           static_cast<std::size_t>(std::min<std::uint64_t>(size, kIndexHeaderSize)),
+                           0, where);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  // Every header rule, the length included, before any memory is taken.
+  if (auto header = validate_header(header_bytes, size, where); !header) {
+    return std::unexpected(header.error());
+  }
+  std::shared_ptr<const std::uint8_t> storage;
+  if (mode == LoadMode::kMap) {
+    void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (mapping == MAP_FAILED) {
+      return fail(ErrorCode::kIo, where + ": cannot map: " + std::strerror(errno));
+    }
+    ::madvise(mapping, size, MADV_WILLNEED);
+    storage = std::shared_ptr<const std::uint8_t>(
+        static_cast<const std::uint8_t*>(mapping),
+        [size](const std::uint8_t* p) { ::munmap(const_cast<std::uint8_t*>(p), size); });
+  } else {
+    auto copy = allocate_bytes(static_cast<std::size_t>(size));
+    if (auto ok = read_exact(fd.get(), copy.get(), static_cast<std::size_t>(size), 0, where); !ok) {
+      return std::unexpected(ok.error());
+    }
+    storage = std::move(copy);
+  }
+  // Re-validated from the bytes kept: they are what the lookups read.
+  auto state = finish(std::move(storage), size, where);
+  if (!state) return std::unexpected(state.error());
+  return Index(std::move(*state));
+}
+
+}  // namespace abf

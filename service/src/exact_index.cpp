@@ -1,0 +1,216 @@
+// Exact indexes of a catalog: building, binding, and the indexed store.
+#include "abf/service/exact_index.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace abf::service {
+
+Result<IndexBuildReport> build_index_from_catalog(SqliteCatalog& catalog,
+                                                  std::uint64_t catalog_version,
+                                                  const std::filesystem::path& path,
+                                                  std::uint32_t block_digests) {
+  const std::string where = "catalog " + catalog.path().string();
+  if (!catalog.catalog_id()) {
+    return fail(ErrorCode::kCatalog,
+                where + " has no catalog id yet (schema 1): open it for writing once "
+                        "(abf catalog upgrade) so that an index can name it");
+  }
+  auto content = catalog.content_at_version(catalog_version);
+  if (!content) return std::unexpected(content.error());
+  IndexIdentity identity;
+  identity.catalog_id = *catalog.catalog_id();
+  identity.catalog_version = catalog_version;
+  identity.content_fingerprint = content->fingerprint;
+  identity.block_digests = block_digests;
+  auto writer = IndexWriter::create(path, identity, content->item_count);
+  if (!writer) return std::unexpected(writer.error());
+  ContentFingerprint streamed;
+  std::uint64_t count = 0;
+  auto walked = catalog.for_each_digest_at_version(
+      catalog_version, [&](std::span<const Digest> chunk) -> Result<void> {
+        if (count + chunk.size() > content->item_count) {
+          return fail(ErrorCode::kCatalog,
+                      where + ": version " + std::to_string(catalog_version) +
+                          " holds more digests than its versions row records (" +
+                          std::to_string(content->item_count) + "): a damaged catalog");
+        }
+        streamed += ContentFingerprint::of(chunk);
+        count += chunk.size();
+        return writer->add(chunk);
+      });
+  if (!walked) return std::unexpected(walked.error());
+  if (count != content->item_count || streamed != content->fingerprint) {
+    return fail(ErrorCode::kCatalog,
+                where + ": version " + std::to_string(catalog_version) + " holds " +
+                    std::to_string(count) + " digests with content fingerprint " + streamed.hex() +
+                    ", but its versions row records " + std::to_string(content->item_count) +
+                    " and " + content->fingerprint.hex() + ": a damaged catalog; no index written");
+  }
+  if (auto committed = writer->commit(); !committed) return std::unexpected(committed.error());
+  return IndexBuildReport{catalog_version, count, streamed};
+}
+
+Result<void> check_index_binding(const Index& index, std::string_view source,
+                                 ArtifactRepository& catalog, bool verify_digests) {
+  const auto binding = catalog.catalog_binding();
+  if (!binding) return {};
+  const std::string named = "index " + std::string(source);
+  const std::string theirs = binding->name + " (catalogId " + binding->id.hex() + ")";
+  const std::uint64_t version = index.catalog_version();
+  const std::string hint = "; rebuild it: abf index --db DB --version " + std::to_string(version);
+  if (index.catalog_id().is_zero()) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " names no catalog (catalogId " + index.catalog_id().hex() +
+                    "), so it cannot answer for " + theirs + "; refused" + hint);
+  }
+  if (index.catalog_id() != binding->id) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " is of catalog " + index.catalog_id().hex() + ", not of " + theirs +
+                    ": its answers would be wrong there; refused");
+  }
+  auto content = catalog.content_at_version(version);
+  if (!content) {
+    if (content.error().code != ErrorCode::kInvalidArgument) {
+      return std::unexpected(content.error());
+    }
+    auto latest = catalog.latest_version();
+    const std::string reach =
+        latest ? "only reaches version " + std::to_string(*latest) : content.error().message;
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " is of catalog version " + std::to_string(version) + ", but " +
+                    binding->name + " " + reach +
+                    " (a damaged catalog, or one restored from an older backup?); refused");
+  }
+  const auto fingerprint = index.content_fingerprint();
+  if (!fingerprint) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " carries no content fingerprint, so nothing shows that it holds what " +
+                    binding->name + " holds at version " + std::to_string(version) +
+                    "; refused" + hint);
+  }
+  if (*fingerprint != content->fingerprint || index.size() != content->item_count) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + " does not hold what " + binding->name + " holds at catalog version " +
+                    std::to_string(version) + ": the index's content fingerprint is " +
+                    fingerprint->hex() + " over " + std::to_string(index.size()) +
+                    " digests, the catalog's " + content->fingerprint.hex() + " over " +
+                    std::to_string(content->item_count) +
+                    " (a catalog restored from a backup and changed since?); refused" + hint);
+  }
+  if (!verify_digests) return {};
+  if (const auto actual = ContentFingerprint::of(index.digests()); actual != *fingerprint) {
+    return fail(ErrorCode::kCatalogMismatch,
+                named + "'s digests add up to content fingerprint " + actual.hex() +
+                    ", not the " + fingerprint->hex() +
+                    " its header (and the catalog) records: a header rewritten over other "
+                    "digests; refused" +
+                    hint);
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+
+// What versions (w, upto] changed: the digests they added (sorted; none
+// held when over the bound) and whether any were removed.
+struct IndexedRepository::Since {
+  std::uint64_t upto = 0;
+  bool removed_any = false;
+  bool over_bound = false;
+  std::vector<Digest> added;
+};
+
+IndexedRepository::IndexedRepository(ArtifactRepository& store, Index index,
+                                     std::uint64_t added_cache_digests)
+    : store_(store), index_(std::move(index)), added_cache_digests_(added_cache_digests) {}
+
+IndexedRepository::~IndexedRepository() = default;
+
+IndexedLookupCounts IndexedRepository::counts() const noexcept {
+  return {index_lookups_.load(std::memory_order_relaxed),
+          store_lookups_.load(std::memory_order_relaxed)};
+}
+
+Result<std::shared_ptr<const IndexedRepository::Since>> IndexedRepository::since(
+    std::uint64_t version) {
+  const std::lock_guard lock(mutex_);
+  if (since_ != nullptr && since_->upto == version) return since_;
+  const std::uint64_t w = index_.catalog_version();
+  auto changes = store_.changes_between(w, version);
+  if (!changes) return std::unexpected(changes.error());
+  auto next = std::make_shared<Since>();
+  next->upto = version;
+  next->removed_any = changes->removed != 0;
+  // Checked on the recorded counts before a digest is read.
+  next->over_bound = changes->added > added_cache_digests_;
+  if (!next->over_bound && changes->added != 0) {
+    next->added.reserve(changes->added);
+    auto read = store_.for_each_digest_added(w, version, [&](std::span<const Digest> part) {
+      next->added.insert(next->added.end(), part.begin(), part.end());
+      return Result<void>{};
+    });
+    if (!read) return std::unexpected(read.error());
+    std::sort(next->added.begin(), next->added.end());
+  }
+  since_ = next;
+  return since_;
+}
+
+Result<bool> IndexedRepository::exists_at_version(const Digest& digest,
+                                                  std::uint64_t catalog_version) {
+  bool found = false;
+  if (auto ok = exists_at_version(std::span(&digest, 1), catalog_version, std::span(&found, 1));
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  return found;
+}
+
+Result<void> IndexedRepository::exists_at_version(std::span<const Digest> digests,
+                                                  std::uint64_t catalog_version,
+                                                  std::span<bool> exists) {
+  if (exists.size() < digests.size()) {
+    return fail(ErrorCode::kInvalidArgument, "indexed store: answer span holds " +
+                                                 std::to_string(exists.size()) + " entries for " +
+                                                 std::to_string(digests.size()) + " digests");
+  }
+  const std::uint64_t w = index_.catalog_version();
+  if (catalog_version < w) {
+    store_lookups_.fetch_add(digests.size(), std::memory_order_relaxed);
+    return store_.exists_at_version(digests, catalog_version, exists);
+  }
+  if (auto ok = index_.contains(digests, exists); !ok) return ok;
+  if (catalog_version == w) {
+    index_lookups_.fetch_add(digests.size(), std::memory_order_relaxed);
+    return {};
+  }
+  auto changed = since(catalog_version);  // kInvalidArgument beyond the store's latest
+  if (!changed) return std::unexpected(changed.error());
+  const Since& s = **changed;
+  std::vector<std::size_t> ask;
+  std::vector<Digest> ask_digests;
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    const bool held = exists[i];
+    const bool added =
+        s.over_bound ? !held : std::binary_search(s.added.begin(), s.added.end(), digests[i]);
+    if (added || (held && s.removed_any)) {
+      ask.push_back(i);
+      ask_digests.push_back(digests[i]);
+    }
+  }
+  if (!ask.empty()) {
+    auto found = std::make_unique<bool[]>(ask.size());
+    if (auto asked =
+            store_.exists_at_version(ask_digests, catalog_version, std::span(found.get(), ask.size()));
+        !asked) {
+      return asked;
+    }
+    for (std::size_t j = 0; j < ask.size(); ++j) exists[ask[j]] = found[j];
+  }
+  store_lookups_.fetch_add(ask.size(), std::memory_order_relaxed);
+  index_lookups_.fetch_add(digests.size() - ask.size(), std::memory_order_relaxed);
+  return {};
+}
+
+}  // namespace abf::service
