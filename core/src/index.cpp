@@ -128,6 +128,22 @@ Result<void> check_identity(const IndexIdentity& identity, std::uint64_t digest_
   return {};
 }
 
+// A 64-byte aligned buffer of `size` bytes (digests on cache-line
+// boundaries, as in a mapping). Buffers of 2 MiB or more are 2 MiB aligned
+// and advised for transparent huge pages: lookups land at random across
+// them, and with 4 KiB pages nearly every one would also miss the TLB
+// (kernels in THP "madvise" mode, Debian's default, give huge pages only
+// where asked).
+std::shared_ptr<std::uint8_t> allocate_bytes(std::size_t size) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t align = size >= kHuge ? kHuge : 64;
+  const std::size_t rounded = (std::max<std::size_t>(size, 1) + align - 1) / align * align;
+  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(align, rounded));
+  if (p == nullptr) throw std::bad_alloc();
+  if (align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);
+  return std::shared_ptr<std::uint8_t>(p, [](std::uint8_t* q) { std::free(q); });
+}
+
 Error not_ascending(std::uint64_t position, const Digest& previous, const Digest& digest,
                     const std::string& where, ErrorCode code) {
   return Error{code, where + ": digest " + std::to_string(position) + " (" + digest.hex() + ") " +
@@ -426,31 +442,34 @@ struct Index::State {
   std::shared_ptr<const std::uint8_t> storage;  // the whole file (owned copy or mapping)
   const Digest* digests = nullptr;
   unsigned bits = 0;   // table index = key >> (64 - bits); 0 bits: one bucket
-  std::vector<std::uint32_t> start32;  // digest_count < 2^32
-  std::vector<std::uint64_t> start64;  // otherwise
+  std::shared_ptr<std::uint8_t> table;  // the radix table's storage
+  const std::uint32_t* start32 = nullptr;  // digest_count < 2^32
+  const std::uint64_t* start64 = nullptr;  // otherwise
 
   std::uint64_t bucket_of(const Digest& digest) const noexcept {
     return bits == 0 ? 0 : key_of(digest) >> (64 - bits);
   }
   template <class Offset>
-  void build(std::vector<Offset>& start) {
+  const Offset* build() {
     const std::uint64_t buckets = std::uint64_t{1} << bits;
-    start.assign(buckets + 1, 0);
+    table = allocate_bytes(static_cast<std::size_t>((buckets + 1) * sizeof(Offset)));
+    auto* start = reinterpret_cast<Offset*>(table.get());
     std::uint64_t b = 0;
     for (std::uint64_t i = 0; i < header.digest_count; ++i) {
       const std::uint64_t mine = bucket_of(digests[i]);
       while (b <= mine) start[b++] = static_cast<Offset>(i);
     }
     while (b <= buckets) start[b++] = static_cast<Offset>(header.digest_count);
+    return start;
   }
   void build_table() {
     const std::uint64_t n = header.digest_count;
     bits = n < 2 ? 0 : static_cast<unsigned>(std::bit_width(n) - 1);
     bits = std::min(bits, 32u);
     if (n < (std::uint64_t{1} << 32)) {
-      build(start32);
+      start32 = build<std::uint32_t>();
     } else {
-      build(start64);
+      start64 = build<std::uint64_t>();
     }
   }
 
@@ -480,7 +499,7 @@ struct Index::State {
   }
 
   template <class Offset, class Out>
-  void contains_batch(const std::vector<Offset>& start, std::span<const Digest> queries,
+  void contains_batch(const Offset* table, std::span<const Digest> queries,
                       Out* out) const noexcept {
     // A three-stage software pipeline, kDistance queries apart: stage 1
     // prefetches query i's table entry, stage 2 (query i - D) reads it and
@@ -492,7 +511,6 @@ struct Index::State {
     std::uint64_t lo[kRing];
     std::uint64_t hi[kRing];
     const std::size_t n = queries.size();
-    const Offset* table = start.data();
     for (std::size_t i = 0; i < n + 2 * kDistance; ++i) {
       if (i < n) {
         const std::uint64_t b = bucket_of(queries[i]);
@@ -521,7 +539,7 @@ struct Index::State {
       std::fill(out, out + queries.size(), Out{});
       return;
     }
-    if (!start32.empty()) {
+    if (start32 != nullptr) {
       contains_batch(start32, queries, out);
     } else {
       contains_batch(start64, queries, out);
@@ -531,7 +549,7 @@ struct Index::State {
   bool contains_one(const Digest& digest) const noexcept {
     if (header.digest_count == 0) return false;
     const std::uint64_t b = bucket_of(digest);
-    if (!start32.empty()) return search(digest, start32[b], start32[b + 1]);
+    if (start32 != nullptr) return search(digest, start32[b], start32[b + 1]);
     return search(digest, start64[b], start64[b + 1]);
   }
 };
@@ -544,15 +562,6 @@ std::shared_ptr<Index::State> empty_state() {
   state->header.header_size = kIndexHeaderSize;
   state->header.block_digests = kIndexDefaultBlockDigests;
   return state;
-}
-
-// A 64-byte aligned buffer of `size` bytes (digests on cache-line
-// boundaries, as in a mapping).
-std::shared_ptr<std::uint8_t> allocate_bytes(std::size_t size) {
-  const std::size_t rounded = (std::max<std::size_t>(size, 1) + 63) / 64 * 64;
-  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(64, rounded));
-  if (p == nullptr) throw std::bad_alloc();
-  return std::shared_ptr<std::uint8_t>(p, [](std::uint8_t* q) { std::free(q); });
 }
 
 Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t> storage,
