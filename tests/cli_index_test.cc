@@ -79,9 +79,9 @@ TEST_F(CliIndexTest, DedupWithIndexEqualsExactOnlyAtEveryVersionPair) {
     for (int i : {1, 2, 3}) {
       SCOPED_TRACE(testing::Message() << "snapshot " << s << ", index " << i);
       const std::string out = "out-" + std::to_string(s) + "-" + std::to_string(i) + ".txt";
-      const CliRun run = abf("dedup -s s" + std::to_string(s) + ".abf --index i" +
-                             std::to_string(i) + ".abfx --db c.db -f bin -i cand.bin -o " + out +
-                             " --json");
+      const CliRun run =
+          abf("dedup -s s" + std::to_string(s) + ".abf --index i" + std::to_string(i) +
+              ".abfx --db c.db -f bin -i cand.bin -o " + out + " --json");
       ASSERT_EQ(run.status, 0) << run.err;
       EXPECT_EQ(test::read_file(path(out)), exact);
       EXPECT_NE(run.out.find("\"index_version\": " + std::to_string(i)), std::string::npos)

@@ -117,13 +117,13 @@ std::array<std::uint8_t, kIndexHeaderSize> encode_header(const IndexIdentity& id
 
 Result<void> check_identity(const IndexIdentity& identity, std::uint64_t digest_count) {
   if (!valid_block_digests(identity.block_digests)) {
-    return fail(ErrorCode::kInvalidArgument,
-                "index: block size " + std::to_string(identity.block_digests) +
-                    " digests is not a power of two in 1..2^20");
+    return fail(ErrorCode::kInvalidArgument, "index: block size " +
+                                                 std::to_string(identity.block_digests) +
+                                                 " digests is not a power of two in 1..2^20");
   }
   if (digest_count > kIndexMaxDigestCount) {
-    return fail(ErrorCode::kInvalidArgument, "index: " + std::to_string(digest_count) +
-                                                 " digests exceed the format's 2^40");
+    return fail(ErrorCode::kInvalidArgument,
+                "index: " + std::to_string(digest_count) + " digests exceed the format's 2^40");
   }
   return {};
 }
@@ -179,8 +179,7 @@ IndexWriter& IndexWriter::operator=(IndexWriter&&) noexcept = default;
 IndexWriter::~IndexWriter() = default;
 
 Result<IndexWriter> IndexWriter::create(const std::filesystem::path& path,
-                                        const IndexIdentity& identity,
-                                        std::uint64_t digest_count) {
+                                        const IndexIdentity& identity, std::uint64_t digest_count) {
   if (auto ok = check_identity(identity, digest_count); !ok) return std::unexpected(ok.error());
   auto file = AtomicFile::create(path);
   if (!file) return std::unexpected(file.error());
@@ -298,9 +297,8 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
     return fail(code, where + ": " + what);
   };
   if (file_size < kIndexHeaderSize) {
-    return error(ErrorCode::kIndexTruncated,
-                 "file is " + std::to_string(file_size) +
-                     " bytes, shorter than the 128-byte ABFX header");
+    return error(ErrorCode::kIndexTruncated, "file is " + std::to_string(file_size) +
+                                                 " bytes, shorter than the 128-byte ABFX header");
   }
   if (std::memcmp(bytes, kMagic, 4) != 0) {
     return error(ErrorCode::kIndexBadMagic, "not an ABFX index (bad magic)");
@@ -348,9 +346,8 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
                  "digest count " + std::to_string(h.digest_count) + " exceeds 2^40");
   }
   if (!valid_block_digests(h.block_digests)) {
-    return error(ErrorCode::kIndexInvalidHeader,
-                 "block size " + std::to_string(h.block_digests) +
-                     " digests is not a power of two in 1..2^20");
+    return error(ErrorCode::kIndexInvalidHeader, "block size " + std::to_string(h.block_digests) +
+                                                     " digests is not a power of two in 1..2^20");
   }
   if (const auto blocks = block_count_of(h.digest_count, h.block_digests);
       h.block_count != blocks) {
@@ -360,8 +357,7 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
                      std::to_string(h.block_digests) + ") = " + std::to_string(blocks));
   }
   for (std::size_t i = 0; i < kIndexHeaderSize; ++i) {
-    const bool reserved =
-        (i >= kReserved1Begin && i < kReserved1End) || i >= kReserved2Begin;
+    const bool reserved = (i >= kReserved1Begin && i < kReserved1End) || i >= kReserved2Begin;
     if (reserved && bytes[i] != 0) {
       return error(ErrorCode::kIndexInvalidHeader,
                    "reserved header byte " + std::to_string(i) + " is not zero");
@@ -441,8 +437,8 @@ struct Index::State {
   IndexHeader header;
   std::shared_ptr<const std::uint8_t> storage;  // the whole file (owned copy or mapping)
   const Digest* digests = nullptr;
-  unsigned bits = 0;   // table index = key >> (64 - bits); 0 bits: one bucket
-  std::shared_ptr<std::uint8_t> table;  // the radix table's storage
+  unsigned bits = 0;                       // table index = key >> (64 - bits); 0 bits: one bucket
+  std::shared_ptr<std::uint8_t> table;     // the radix table's storage
   const std::uint32_t* start32 = nullptr;  // digest_count < 2^32
   const std::uint64_t* start64 = nullptr;  // otherwise
 
@@ -676,9 +672,9 @@ Result<Index> Index::load(const std::filesystem::path& path, LoadMode mode) {
   }
   const auto size = static_cast<std::uint64_t>(info.st_size);
   std::uint8_t header_bytes[kIndexHeaderSize] = {};
-  if (auto ok = read_exact(fd.get(), header_bytes,
-                           static_cast<std::size_t>(std::min<std::uint64_t>(size, kIndexHeaderSize)),
-                           0, where);
+  if (auto ok = read_exact(
+          fd.get(), header_bytes,
+          static_cast<std::size_t>(std::min<std::uint64_t>(size, kIndexHeaderSize)), 0, where);
       !ok) {
     return std::unexpected(ok.error());
   }
