@@ -133,13 +133,13 @@ Result<void> check_identity(const IndexIdentity& identity, std::uint64_t digest_
 // and advised for transparent huge pages: lookups land at random across
 // them, and with 4 KiB pages nearly every one would also miss the TLB
 // (kernels in THP "madvise" mode, Debian's default, give huge pages only
-// where asked).
+// where asked). Null when the memory is not there (the caller's error).
 std::shared_ptr<std::uint8_t> allocate_bytes(std::size_t size) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
   const std::size_t align = size >= kHuge ? kHuge : 64;
   const std::size_t rounded = (std::max<std::size_t>(size, 1) + align - 1) / align * align;
   auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(align, rounded));
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) return nullptr;
   if (align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);
   return std::shared_ptr<std::uint8_t>(p, [](std::uint8_t* q) { std::free(q); });
 }
@@ -449,6 +449,7 @@ struct Index::State {
   const Offset* build() {
     const std::uint64_t buckets = std::uint64_t{1} << bits;
     table = allocate_bytes(static_cast<std::size_t>((buckets + 1) * sizeof(Offset)));
+    if (table == nullptr) return nullptr;
     auto* start = reinterpret_cast<Offset*>(table.get());
     std::uint64_t b = 0;
     for (std::uint64_t i = 0; i < header.digest_count; ++i) {
@@ -458,15 +459,17 @@ struct Index::State {
     while (b <= buckets) start[b++] = static_cast<Offset>(header.digest_count);
     return start;
   }
-  void build_table() {
+  // False when the table's memory is not there.
+  bool build_table() {
     const std::uint64_t n = header.digest_count;
     bits = n < 2 ? 0 : static_cast<unsigned>(std::bit_width(n) - 1);
     bits = std::min(bits, 32u);
     if (n < (std::uint64_t{1} << 32)) {
       start32 = build<std::uint32_t>();
-    } else {
-      start64 = build<std::uint64_t>();
+      return start32 != nullptr;
     }
+    start64 = build<std::uint64_t>();
+    return start64 != nullptr;
   }
 
   // Whether digests[lo, hi) holds `digest`.
@@ -571,7 +574,10 @@ Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t>
   state->header = *header;
   state->digests = reinterpret_cast<const Digest*>(storage.get() + kIndexHeaderSize);
   state->storage = std::move(storage);
-  state->build_table();
+  if (!state->build_table()) {
+    return fail(ErrorCode::kIo, where + ": out of memory for the lookup table of " +
+                                    std::to_string(header->digest_count) + " digests");
+  }
   return state;
 }
 
@@ -651,6 +657,10 @@ Result<Index> Index::parse(std::span<const std::uint8_t> bytes) {
   auto header = validate_header(bytes.data(), bytes.size(), "index");
   if (!header) return std::unexpected(header.error());
   auto copy = allocate_bytes(bytes.size());
+  if (copy == nullptr) {
+    return fail(ErrorCode::kIo,
+                "index: out of memory for a copy of " + std::to_string(bytes.size()) + " bytes");
+  }
   std::memcpy(copy.get(), bytes.data(), bytes.size());
   auto state = finish(std::move(copy), bytes.size(), "index");
   if (!state) return std::unexpected(state.error());
@@ -694,6 +704,10 @@ Result<Index> Index::load(const std::filesystem::path& path, LoadMode mode) {
         [size](const std::uint8_t* p) { ::munmap(const_cast<std::uint8_t*>(p), size); });
   } else {
     auto copy = allocate_bytes(static_cast<std::size_t>(size));
+    if (copy == nullptr) {
+      return fail(ErrorCode::kIo, where + ": out of memory for a copy of " +
+                                      std::to_string(size) + " bytes (LoadMode::kMap maps it)");
+    }
     if (auto ok = read_exact(fd.get(), copy.get(), static_cast<std::size_t>(size), 0, where); !ok) {
       return std::unexpected(ok.error());
     }
