@@ -682,7 +682,8 @@ def main():
     parser.add_argument("--seed", type=int, default=int(os.environ.get("ABF_KILL_SEED", "14")))
     parser.add_argument("--named-every", type=int, default=3,
                         help="every Nth trial with ABF_NO_O_TMPFILE=1 (0: none)")
-    parser.add_argument("--deadline", type=float, default=300.0, help="seconds for everything")
+    parser.add_argument("--deadline", type=float, default=450.0,
+                        help="seconds for everything (CTest allows 600)")
     parser.add_argument("--only", action="append", help="run only this command (repeatable)")
     parser.add_argument("--json", help="write the table as JSON to this file")
     args = parser.parse_args()
