@@ -3,6 +3,7 @@
 (docs/performance.md, "Bulk dedup, end to end").
 
     bench/dedup_end_to_end.py --data DIR [--abf build/abf] [--base OLD_ABF] [--runs 5]
+                              [--index] [--exact-only]
 
 DIR holds c.abf (a snapshot of the catalog c.db) and candidate files
 c99.bin / c50.bin (32-byte records). Each command runs --runs times, the
@@ -10,6 +11,9 @@ commands interleaved (so a burst of load on a shared machine hits them all),
 and the table gives the median wall time and the median CPU time (user +
 system, from wait4) of each, and dedup's ratio to `query -o answers.txt`.
 Outputs go to a temporary folder beside DIR's files' filesystem (TMPDIR).
+--index adds `dedup --index c.abfx` (DIR/c.abfx, from `abf index --db c.db`),
+--exact-only adds `dedup --exact-only` (SQLite for every candidate, slow);
+every dedup's output of one input must be byte-identical, or the run fails.
 """
 import argparse
 import os
@@ -37,6 +41,8 @@ def main():
     parser.add_argument("--base", help="another abf binary, timed the same way (before/after)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--inputs", default="c99.bin,c50.bin")
+    parser.add_argument("--index", action="store_true", help="also time dedup --index c.abfx")
+    parser.add_argument("--exact-only", action="store_true", help="also time dedup --exact-only")
     args = parser.parse_args()
 
     binaries = [("", args.abf)] + ([("base ", args.base)] if args.base else [])
@@ -60,6 +66,17 @@ def main():
                      [abf, "dedup", "-s", snapshot, "--db", db, "-f", "bin", "-i", candidates],
                      os.path.join(out, "stdout.txt")),
                 ]
+                if args.index:
+                    commands.append(
+                        (f"{label}dedup --index -o new.txt",
+                         [abf, "dedup", "-s", snapshot, "--index",
+                          os.path.join(args.data, "c.abfx"), "--db", db, "-f", "bin", "-i",
+                          candidates, "-o", os.path.join(out, "new-index.txt")], None))
+                if args.exact_only:
+                    commands.append(
+                        (f"{label}dedup --exact-only -o new.txt",
+                         [abf, "dedup", "-s", snapshot, "--exact-only", "--db", db, "-f", "bin",
+                          "-i", candidates, "-o", os.path.join(out, "new-exact.txt")], None))
             times = {label: ([], []) for label, _, _ in commands}
             for _ in range(args.runs):
                 for label, argv, stdout_path in commands:
@@ -70,6 +87,12 @@ def main():
                         wall, cpu = timed(argv, subprocess.DEVNULL)
                     times[label][0].append(wall)
                     times[label][1].append(cpu)
+                outputs = [os.path.join(out, f) for f in
+                           ("new.txt", "stdout.txt", "new-index.txt", "new-exact.txt")
+                           if os.path.exists(os.path.join(out, f))]
+                contents = {open(f, "rb").read() for f in outputs}
+                if len(contents) != 1:
+                    raise SystemExit(f"{name}: the dedup outputs differ: {outputs}")
             print(f"\n{name}: median of {args.runs} runs")
             print(f"| command | wall s | CPU s (user+sys) | wall / query -o | CPU / query -o |")
             print("|---|---|---|---|---|")

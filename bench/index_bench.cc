@@ -120,10 +120,10 @@ void BM_IndexLookup(benchmark::State& state) {
 }
 BENCHMARK(BM_IndexLookup)
     ->ArgName("digests")
-    ->Arg(1 << 16)   // 2 MiB: L2/LLC
-    ->Arg(1 << 20)   // 32 MiB: the LLC's size here
-    ->Arg(1 << 22)   // 128 MiB: 4x LLC
-    ->Arg(1 << 23)   // 256 MiB: 8x LLC
+    ->Arg(1 << 16)  // 2 MiB: L2/LLC
+    ->Arg(1 << 20)  // 32 MiB: the LLC's size here
+    ->Arg(1 << 22)  // 128 MiB: 4x LLC
+    ->Arg(1 << 23)  // 256 MiB: 8x LLC
     ->Unit(benchmark::kMicrosecond);
 
 // The same lookups one at a time (no pipeline): what the prefetch buys.
@@ -151,8 +151,8 @@ void BM_IndexStdBinarySearch(benchmark::State& state) {
   std::uint64_t present = 0;
   for (auto _ : state) {
     for (std::size_t i = 0; i < kBatch; ++i) {
-      present += std::binary_search(world.members.begin(), world.members.end(),
-                                    world.queries[at + i]);
+      present +=
+          std::binary_search(world.members.begin(), world.members.end(), world.queries[at + i]);
     }
     at = (at + kBatch) % kQueries;
   }

@@ -73,8 +73,8 @@ int run_index(const IndexOptions& options) {
     std::ostringstream out;
     out << "abf index: wrote " << options.output << ": " << with_commas(built->digest_count)
         << " digests of catalog " << catalog->catalog_id()->hex() << " at version "
-        << built->catalog_version << " (content fingerprint " << built->fingerprint.hex()
-        << ") in " << seconds << " s\n";
+        << built->catalog_version << " (content fingerprint " << built->fingerprint.hex() << ") in "
+        << seconds << " s\n";
     text = out.str();
   }
   if (auto wrote = write_report(text, stdout_has_data); !wrote) {
@@ -108,8 +108,7 @@ Command add_index_command(CLI::App& root) {
       ->check(not_a_stream("a catalog database, which SQLite opens by name"));
   app->add_option("--output,-o", options->output, "Index file to write (atomically), - for stdout")
       ->required();
-  app->add_option("--version", options->version,
-                  "Catalog version to index (default: the latest)");
+  app->add_option("--version", options->version, "Catalog version to index (default: the latest)");
   app->add_option("--block-digests", options->block_digests,
                   "Digests per checksummed block, a power of two (default 4096)");
   app->add_flag("--json", options->json, "Print the summary as one JSON object");

@@ -587,9 +587,107 @@ std::string check_merge(std::span<const std::uint8_t> data) {
   return {};
 }
 
+namespace {
+
+// Recomputes an index's checksums a mutation broke (docs/protocol.md,
+// section 14): `body` the block table and its checksum from the digests
+// as they are (when the header's count and block size fit the bytes),
+// `header` the header checksum.
+void reseal_index(Bytes& bytes, bool body, bool header) {
+  if (bytes.size() < kIndexHeaderSize) return;
+  if (body) {
+    const auto count = load_le<std::uint64_t>(bytes.data() + 56);
+    const auto block = load_le<std::uint32_t>(bytes.data() + 64);
+    if (block != 0 && count <= (bytes.size() - kIndexHeaderSize) / Digest::kSize) {
+      const std::uint64_t blocks = (count + block - 1) / block;
+      const std::uint64_t table = kIndexHeaderSize + count * Digest::kSize;
+      if (blocks <= (bytes.size() - table) / 8 && bytes.size() - table - blocks * 8 >= 8) {
+        for (std::uint64_t b = 0; b < blocks; ++b) {
+          const std::uint64_t first = b * block;
+          const std::uint64_t n = std::min<std::uint64_t>(block, count - first);
+          const std::uint64_t sum = XXH3_64bits(
+              bytes.data() + kIndexHeaderSize + first * Digest::kSize, n * Digest::kSize);
+          std::memcpy(bytes.data() + table + 8 * b, &sum, 8);
+        }
+        const std::uint64_t sum = XXH3_64bits(bytes.data() + table, blocks * 8);
+        std::memcpy(bytes.data() + table + blocks * 8, &sum, 8);
+      }
+    }
+  }
+  if (header) {
+    std::array<std::uint8_t, kIndexHeaderSize> copy;
+    std::memcpy(copy.data(), bytes.data(), copy.size());
+    std::memset(copy.data() + 80, 0, 8);
+    const std::uint64_t sum = XXH3_64bits(copy.data(), copy.size());
+    std::memcpy(bytes.data() + 80, &sum, 8);
+  }
+}
+
+std::string describe_index_outcome(const Result<Index>& r) {
+  return r ? std::string("loaded") : code_name(r.error().code);
+}
+
+}  // namespace
+
+std::string check_index(std::span<const std::uint8_t> data) {
+  if (data.empty()) return {};
+  Bytes bytes(data.begin() + 1, data.end());
+  reseal_index(bytes, (data[0] & 1) != 0, (data[0] & 2) != 0);
+  const auto parsed = Index::parse(bytes);
+  // The header check alone agrees with the whole load about the header.
+  if (const auto header = parse_index_header(bytes, bytes.size()); !header) {
+    if (parsed || parsed.error().code != header.error().code) {
+      return "parse_index_header says " + code_name(header.error().code) + ", Index::parse " +
+             describe_index_outcome(parsed);
+    }
+  }
+  // From a file, copied and mapped: the same outcome.
+  static MemoryFile file;
+  if (const auto path = file.hold(bytes)) {
+    for (LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+      const auto loaded = Index::load(*path, mode);
+      if (describe_index_outcome(loaded) != describe_index_outcome(parsed)) {
+        return "Index::load (" + std::string(mode == LoadMode::kMap ? "map" : "copy") + ") " +
+               describe_index_outcome(loaded) + ", Index::parse " + describe_index_outcome(parsed);
+      }
+    }
+  }
+  if (!parsed) return {};
+  const Index& index = *parsed;
+  // A loaded index is what the writer writes for its identity and digests.
+  IndexIdentity identity{index.catalog_id(), index.catalog_version(),
+                         index.content_fingerprint(), index.header().block_digests};
+  const auto again = serialize_index(identity, index.digests());
+  if (!again) return "a loaded index does not re-serialize: " + again.error().describe();
+  if (*again != bytes) return "a loaded index re-serializes differently";
+  // Every lookup agrees with std::binary_search: each digest held, and its
+  // neighbours one bit away (first and last byte).
+  const auto held = index.digests();
+  std::vector<Digest> probes;
+  for (std::size_t i = 0; i < held.size() && i < 512; ++i) {
+    probes.push_back(held[i]);
+    Digest low = held[i], high = held[i];
+    low.bytes[31] ^= 1;
+    high.bytes[0] ^= 0x80;
+    probes.push_back(low);
+    probes.push_back(high);
+  }
+  probes.push_back(Digest{});
+  std::vector<std::uint8_t> batch(probes.size());
+  if (auto ok = index.contains(probes, batch); !ok) return "contains: " + ok.error().describe();
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    const bool expected = std::binary_search(held.begin(), held.end(), probes[i]);
+    if ((batch[i] != 0) != expected || index.contains(probes[i]) != expected) {
+      return "lookup of " + probes[i].hex() + " disagrees with std::binary_search";
+    }
+  }
+  return {};
+}
+
 std::span<const Target> targets() {
   static constexpr Target kTargets[] = {
       {"snapshot", check_snapshot},
+      {"index", check_index},
       {"text_reader", check_text_reader},
       {"binary_reader", check_binary_reader},
       {"merge", check_merge},

@@ -30,6 +30,16 @@ namespace abf::fuzz {
 // same answer for every probed digest (a maybe never becomes absent).
 std::string check_snapshot(std::span<const std::uint8_t> data);
 
+// Input: one control byte, then ABFX index bytes (docs/protocol.md, section
+// 14). Control bit 0 recomputes the block table and its checksum from the
+// digests, bit 1 the header checksum, so mutations reach the rules behind
+// them. The index is parsed from memory and loaded from a file (copied and
+// mapped). Properties: all three agree (same error code, or all load); a
+// header error is the loader's error; a loaded index re-serializes to the
+// same bytes; batch and single lookups of its digests and their one-bit
+// neighbours equal std::binary_search.
+std::string check_index(std::span<const std::uint8_t> data);
+
 // Input: text, read as hex digest lines, or as NUL-terminated records
 // where its first MiB holds a NUL. Properties: the reader
 // accepts the text exactly when every non-blank line (record) parses on its
@@ -70,7 +80,7 @@ struct Target {
   std::string_view name;  // fuzz/corpus/<name>, the executable fuzz_<name>
   std::string (*check)(std::span<const std::uint8_t> data);
 };
-// The four targets of checks.cc (check_serve_request is not among them).
+// The five targets of checks.cc (check_serve_request is not among them).
 std::span<const Target> targets();
 
 }  // namespace abf::fuzz

@@ -103,6 +103,29 @@ int main(int argc, char** argv) {
   const auto key = *abf::Key::parse_hex("000102030405060708090a0b0c0d0e0f");
   const auto catalog = *abf::CatalogId::parse_hex("5f0c6e2a9b7d4e11a3c2d8f0e6b4a197");
 
+  // Indexes: the golden ABFX files as they are and resealed, and a few more.
+  for (const auto& entry : fs::recursive_directory_iterator(vectors)) {
+    if (entry.path().extension() != ".abfx") continue;
+    const Bytes bytes = read(entry.path());
+    const std::string stem = entry.path().stem().string();
+    write(out / "index", "golden-" + stem, with_control(0, bytes));
+    write(out / "index", "golden-" + stem + "-resealed", with_control(3, bytes));
+  }
+  {
+    std::vector<abf::Digest> digests(40);
+    for (std::size_t i = 0; i < digests.size(); ++i) {
+      digests[i].bytes[0] = static_cast<std::uint8_t>(i * 6);
+      digests[i].bytes[31] = static_cast<std::uint8_t>(i);
+    }
+    abf::IndexIdentity identity{catalog, 7, abf::ContentFingerprint::of(digests), 8};
+    write(out / "index", "forty-block-8", with_control(0, *abf::serialize_index(identity, digests)));
+    identity.block_digests = 1;
+    identity.content_fingerprint.reset();
+    write(out / "index", "forty-block-1-nofp",
+          with_control(3, *abf::serialize_index(identity, digests)));
+    write(out / "index", "short", Bytes{3, 'A', 'B', 'F', 'X', 1, 0, 0, 0});
+  }
+
   // Snapshots: the golden files as they are and resealed, and small ones.
   for (const auto& entry : fs::recursive_directory_iterator(vectors)) {
     if (entry.path().extension() != ".abf") continue;

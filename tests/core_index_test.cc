@@ -55,9 +55,7 @@ std::vector<GoldenIndex> golden_indexes() {
   return out;
 }
 
-fs::path golden_path(const std::string& file) {
-  return test::data_path("vectors/index/" + file);
-}
+fs::path golden_path(const std::string& file) { return test::data_path("vectors/index/" + file); }
 
 TEST(IndexGolden, WriterProducesTheGoldenBytes) {
   test::TempDir dir("abf-index");
@@ -269,8 +267,7 @@ TEST(IndexWriter, RefusesUnsortedOrDuplicateDigests) {
     auto bytes = serialize_index({}, bad);
     ASSERT_FALSE(bytes);
     EXPECT_EQ(bytes.error().code, ErrorCode::kInvalidArgument);
-    EXPECT_NE(bytes.error().message.find("digest 4"), std::string::npos)
-        << bytes.error().message;
+    EXPECT_NE(bytes.error().message.find("digest 4"), std::string::npos) << bytes.error().message;
   }
   // Across add() calls too, and nothing appears at the path.
   test::TempDir dir("abf-index");
@@ -356,7 +353,8 @@ void expect_refused(const std::vector<std::uint8_t>& bytes, ErrorCode code,
   test::TempDir dir("abf-index-bad");
   const auto path = dir / "bad.abfx";
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   for (LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
     auto loaded = Index::load(path, mode);
     ASSERT_FALSE(loaded);
@@ -470,9 +468,9 @@ TEST(IndexLoad, RefusesAFlippedDigestBitNamingItsBlock) {
   for (std::size_t digest = 0; digest < 5; ++digest) {
     auto bytes = golden();
     bytes[128 + digest * 32 + 17] ^= 4;
-    expect_refused(bytes, ErrorCode::kIndexBlockChecksum,
-                   "block " + std::to_string(digest / 2) + " (digests " +
-                       std::to_string(digest / 2 * 2));
+    expect_refused(
+        bytes, ErrorCode::kIndexBlockChecksum,
+        "block " + std::to_string(digest / 2) + " (digests " + std::to_string(digest / 2 * 2));
   }
 }
 

@@ -2,7 +2,7 @@
 """SIGKILL at random moments: nothing half-written, nothing left behind.
 
 Runs `abf build`, `abf merge`, `abf catalog add`, `abf catalog remove`,
-`abf build --from-catalog` and `abf dedup` on inputs that take some tens of
+`abf build --from-catalog`, `abf dedup` and `abf index` on inputs that take some tens of
 milliseconds, and kills each run with SIGKILL at a moment drawn uniformly
 between 0 and the command's uninterrupted duration (measured here, first).
 Every trial starts from the same old state; afterwards:
@@ -610,7 +610,26 @@ class Dedup(ReadsCatalog):
         assert len(lines) == 80_000 + 10_000, len(lines)  # strangers, and the removed members
 
 
-CASES = [Build, Merge, CatalogAdd, CatalogRemove, BuildFromCatalog, Dedup, BuildSet]
+class IndexFromCatalog(ReadsCatalog):
+    name = "index"
+    output = "out.abfx"
+    inputs = ("catalog.db",)
+
+    def make_inputs(self):
+        self.make_catalog()
+        self.argv = [self.abf, "index", "--db", "catalog.db", "-o", self.output]
+
+    def make_old(self):
+        # The index of version 1 (before the removal): another file.
+        run_to_end([self.abf, "index", "--db", "catalog.db", "--version", "1",
+                    "-o", "old.abfx"], self.dir)
+        data = read(self.path("old.abfx"))
+        os.remove(self.path("old.abfx"))
+        return data
+
+
+CASES = [Build, Merge, CatalogAdd, CatalogRemove, BuildFromCatalog, Dedup, IndexFromCatalog,
+         BuildSet]
 
 
 def run_case(case, trials, seed, named_every, deadline, log):
@@ -663,7 +682,8 @@ def main():
     parser.add_argument("--seed", type=int, default=int(os.environ.get("ABF_KILL_SEED", "14")))
     parser.add_argument("--named-every", type=int, default=3,
                         help="every Nth trial with ABF_NO_O_TMPFILE=1 (0: none)")
-    parser.add_argument("--deadline", type=float, default=300.0, help="seconds for everything")
+    parser.add_argument("--deadline", type=float, default=450.0,
+                        help="seconds for everything (CTest allows 600)")
     parser.add_argument("--only", action="append", help="run only this command (repeatable)")
     parser.add_argument("--json", help="write the table as JSON to this file")
     args = parser.parse_args()

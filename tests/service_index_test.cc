@@ -63,8 +63,8 @@ class ServiceIndexTest : public ::testing::Test {
 TEST_F(ServiceIndexTest, BuildHoldsTheVersionsDigestsWithItsCountAndFingerprint) {
   auto first = test::random_digests(3000, 1);
   auto second = test::random_digests(500, 2);
-  ASSERT_TRUE(catalog_->add(first));                                 // version 1
-  ASSERT_TRUE(catalog_->add(second));                                // version 2
+  ASSERT_TRUE(catalog_->add(first));                                // version 1
+  ASSERT_TRUE(catalog_->add(second));                               // version 2
   ASSERT_TRUE(catalog_->remove(std::span(first).subspan(0, 100)));  // version 3
   for (std::uint64_t version : {0, 1, 2, 3}) {
     SCOPED_TRACE(version);
@@ -164,10 +164,10 @@ TEST_F(ServiceIndexTest, IndexedStoreAnswersExactlyAtEveryLaterVersion) {
   ASSERT_TRUE(catalog_->add(base));  // 1
   const Index index = build(1);
   auto later = test::random_digests(700, 7);
-  ASSERT_TRUE(catalog_->add(later));                                 // 2: added only
-  ASSERT_TRUE(catalog_->remove(std::span(base).subspan(0, 300)));   // 3: removed from the index
-  ASSERT_TRUE(catalog_->remove(std::span(later).subspan(0, 50)));   // 4: added since, removed
-  ASSERT_TRUE(catalog_->add(std::span(base).subspan(0, 20)));       // 5: re-added
+  ASSERT_TRUE(catalog_->add(later));                               // 2: added only
+  ASSERT_TRUE(catalog_->remove(std::span(base).subspan(0, 300)));  // 3: removed from the index
+  ASSERT_TRUE(catalog_->remove(std::span(later).subspan(0, 50)));  // 4: added since, removed
+  ASSERT_TRUE(catalog_->add(std::span(base).subspan(0, 20)));      // 5: re-added
   std::vector<Digest> queries = base;
   queries.insert(queries.end(), later.begin(), later.end());
   auto never = test::random_digests(3000, 8);
@@ -195,7 +195,7 @@ TEST_F(ServiceIndexTest, IndexedStoreAnswersExactlyAtEveryLaterVersion) {
 
 TEST_F(ServiceIndexTest, IndexedStoreSendsOlderVersionsToTheStore) {
   auto base = test::random_digests(1000, 10);
-  ASSERT_TRUE(catalog_->add(std::span(base).first(500)));  // 1
+  ASSERT_TRUE(catalog_->add(std::span(base).first(500)));    // 1
   ASSERT_TRUE(catalog_->add(std::span(base).subspan(500)));  // 2
   IndexedRepository indexed(*catalog_, build(2));
   expect_same_answers(indexed, 1, base);
@@ -208,10 +208,10 @@ TEST_F(ServiceIndexTest, IndexedStoreSendsOlderVersionsToTheStore) {
 // without a filter, with the snapshot older, newer or as old as the index.
 TEST_F(ServiceIndexTest, BulkDedupWithIndexEqualsExactOnly) {
   const auto members = test::random_digests(20000, 11);
-  ASSERT_TRUE(catalog_->add(std::span(members).first(10000)));                 // 1
-  ASSERT_TRUE(catalog_->add(std::span(members).subspan(10000, 5000)));         // 2
-  ASSERT_TRUE(catalog_->remove(std::span(members).subspan(100, 200)));         // 3
-  ASSERT_TRUE(catalog_->add(std::span(members).subspan(15000)));               // 4
+  ASSERT_TRUE(catalog_->add(std::span(members).first(10000)));          // 1
+  ASSERT_TRUE(catalog_->add(std::span(members).subspan(10000, 5000)));  // 2
+  ASSERT_TRUE(catalog_->remove(std::span(members).subspan(100, 200)));  // 3
+  ASSERT_TRUE(catalog_->add(std::span(members).subspan(15000)));        // 4
   // Candidates: half catalog members (some removed), half new, repeated.
   auto candidates = std::vector<Digest>(members.begin(), members.end());
   auto fresh = test::random_digests(20000, 12);
@@ -230,8 +230,7 @@ TEST_F(ServiceIndexTest, BulkDedupWithIndexEqualsExactOnly) {
       EXPECT_TRUE(check_index_binding(index, "i", *catalog_));
       indexed.emplace(*catalog_, std::move(index));
     }
-    ArtifactRepository& store =
-        indexed ? static_cast<ArtifactRepository&>(*indexed) : *catalog_;
+    ArtifactRepository& store = indexed ? static_cast<ArtifactRepository&>(*indexed) : *catalog_;
     Metrics metrics;
     SnapshotPublisher publisher(&metrics, store);
     EXPECT_TRUE(publisher.publish(FilterSet(std::move(*filter)), "s"));
@@ -240,10 +239,13 @@ TEST_F(ServiceIndexTest, BulkDedupWithIndexEqualsExactOnly) {
     const ArtifactExistenceService service(publisher, store, &metrics, options);
     auto reader = DigestReader::from_memory(input, InputFormat::kBinary);
     std::vector<Digest> absent;
-    auto report = bulk_dedup(service, reader, [&](std::span<const Digest> part) {
-      absent.insert(absent.end(), part.begin(), part.end());
-      return Result<void>{};
-    }, 4096);
+    auto report = bulk_dedup(
+        service, reader,
+        [&](std::span<const Digest> part) {
+          absent.insert(absent.end(), part.begin(), part.end());
+          return Result<void>{};
+        },
+        4096);
     EXPECT_TRUE(report) << report.error().describe();
     // Without removals after the index's version, the index answers the
     // members itself; with them (version 3 removed some), it passes every

@@ -117,15 +117,31 @@ std::array<std::uint8_t, kIndexHeaderSize> encode_header(const IndexIdentity& id
 
 Result<void> check_identity(const IndexIdentity& identity, std::uint64_t digest_count) {
   if (!valid_block_digests(identity.block_digests)) {
-    return fail(ErrorCode::kInvalidArgument,
-                "index: block size " + std::to_string(identity.block_digests) +
-                    " digests is not a power of two in 1..2^20");
+    return fail(ErrorCode::kInvalidArgument, "index: block size " +
+                                                 std::to_string(identity.block_digests) +
+                                                 " digests is not a power of two in 1..2^20");
   }
   if (digest_count > kIndexMaxDigestCount) {
-    return fail(ErrorCode::kInvalidArgument, "index: " + std::to_string(digest_count) +
-                                                 " digests exceed the format's 2^40");
+    return fail(ErrorCode::kInvalidArgument,
+                "index: " + std::to_string(digest_count) + " digests exceed the format's 2^40");
   }
   return {};
+}
+
+// A 64-byte aligned buffer of `size` bytes (digests on cache-line
+// boundaries, as in a mapping). Buffers of 2 MiB or more are 2 MiB aligned
+// and advised for transparent huge pages: lookups land at random across
+// them, and with 4 KiB pages nearly every one would also miss the TLB
+// (kernels in THP "madvise" mode, Debian's default, give huge pages only
+// where asked). Null when the memory is not there (the caller's error).
+std::shared_ptr<std::uint8_t> allocate_bytes(std::size_t size) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t align = size >= kHuge ? kHuge : 64;
+  const std::size_t rounded = (std::max<std::size_t>(size, 1) + align - 1) / align * align;
+  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(align, rounded));
+  if (p == nullptr) return nullptr;
+  if (align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);
+  return std::shared_ptr<std::uint8_t>(p, [](std::uint8_t* q) { std::free(q); });
 }
 
 Error not_ascending(std::uint64_t position, const Digest& previous, const Digest& digest,
@@ -163,8 +179,7 @@ IndexWriter& IndexWriter::operator=(IndexWriter&&) noexcept = default;
 IndexWriter::~IndexWriter() = default;
 
 Result<IndexWriter> IndexWriter::create(const std::filesystem::path& path,
-                                        const IndexIdentity& identity,
-                                        std::uint64_t digest_count) {
+                                        const IndexIdentity& identity, std::uint64_t digest_count) {
   if (auto ok = check_identity(identity, digest_count); !ok) return std::unexpected(ok.error());
   auto file = AtomicFile::create(path);
   if (!file) return std::unexpected(file.error());
@@ -282,9 +297,8 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
     return fail(code, where + ": " + what);
   };
   if (file_size < kIndexHeaderSize) {
-    return error(ErrorCode::kIndexTruncated,
-                 "file is " + std::to_string(file_size) +
-                     " bytes, shorter than the 128-byte ABFX header");
+    return error(ErrorCode::kIndexTruncated, "file is " + std::to_string(file_size) +
+                                                 " bytes, shorter than the 128-byte ABFX header");
   }
   if (std::memcmp(bytes, kMagic, 4) != 0) {
     return error(ErrorCode::kIndexBadMagic, "not an ABFX index (bad magic)");
@@ -332,9 +346,8 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
                  "digest count " + std::to_string(h.digest_count) + " exceeds 2^40");
   }
   if (!valid_block_digests(h.block_digests)) {
-    return error(ErrorCode::kIndexInvalidHeader,
-                 "block size " + std::to_string(h.block_digests) +
-                     " digests is not a power of two in 1..2^20");
+    return error(ErrorCode::kIndexInvalidHeader, "block size " + std::to_string(h.block_digests) +
+                                                     " digests is not a power of two in 1..2^20");
   }
   if (const auto blocks = block_count_of(h.digest_count, h.block_digests);
       h.block_count != blocks) {
@@ -344,8 +357,7 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
                      std::to_string(h.block_digests) + ") = " + std::to_string(blocks));
   }
   for (std::size_t i = 0; i < kIndexHeaderSize; ++i) {
-    const bool reserved =
-        (i >= kReserved1Begin && i < kReserved1End) || i >= kReserved2Begin;
+    const bool reserved = (i >= kReserved1Begin && i < kReserved1End) || i >= kReserved2Begin;
     if (reserved && bytes[i] != 0) {
       return error(ErrorCode::kIndexInvalidHeader,
                    "reserved header byte " + std::to_string(i) + " is not zero");
@@ -425,33 +437,39 @@ struct Index::State {
   IndexHeader header;
   std::shared_ptr<const std::uint8_t> storage;  // the whole file (owned copy or mapping)
   const Digest* digests = nullptr;
-  unsigned bits = 0;   // table index = key >> (64 - bits); 0 bits: one bucket
-  std::vector<std::uint32_t> start32;  // digest_count < 2^32
-  std::vector<std::uint64_t> start64;  // otherwise
+  unsigned bits = 0;                       // table index = key >> (64 - bits); 0 bits: one bucket
+  std::shared_ptr<std::uint8_t> table;     // the radix table's storage
+  const std::uint32_t* start32 = nullptr;  // digest_count < 2^32
+  const std::uint64_t* start64 = nullptr;  // otherwise
 
   std::uint64_t bucket_of(const Digest& digest) const noexcept {
     return bits == 0 ? 0 : key_of(digest) >> (64 - bits);
   }
   template <class Offset>
-  void build(std::vector<Offset>& start) {
+  const Offset* build() {
     const std::uint64_t buckets = std::uint64_t{1} << bits;
-    start.assign(buckets + 1, 0);
+    table = allocate_bytes(static_cast<std::size_t>((buckets + 1) * sizeof(Offset)));
+    if (table == nullptr) return nullptr;
+    auto* start = reinterpret_cast<Offset*>(table.get());
     std::uint64_t b = 0;
     for (std::uint64_t i = 0; i < header.digest_count; ++i) {
       const std::uint64_t mine = bucket_of(digests[i]);
       while (b <= mine) start[b++] = static_cast<Offset>(i);
     }
     while (b <= buckets) start[b++] = static_cast<Offset>(header.digest_count);
+    return start;
   }
-  void build_table() {
+  // False when the table's memory is not there.
+  bool build_table() {
     const std::uint64_t n = header.digest_count;
     bits = n < 2 ? 0 : static_cast<unsigned>(std::bit_width(n) - 1);
     bits = std::min(bits, 32u);
     if (n < (std::uint64_t{1} << 32)) {
-      build(start32);
-    } else {
-      build(start64);
+      start32 = build<std::uint32_t>();
+      return start32 != nullptr;
     }
+    start64 = build<std::uint64_t>();
+    return start64 != nullptr;
   }
 
   // Whether digests[lo, hi) holds `digest`.
@@ -480,7 +498,7 @@ struct Index::State {
   }
 
   template <class Offset, class Out>
-  void contains_batch(const std::vector<Offset>& start, std::span<const Digest> queries,
+  void contains_batch(const Offset* table, std::span<const Digest> queries,
                       Out* out) const noexcept {
     // A three-stage software pipeline, kDistance queries apart: stage 1
     // prefetches query i's table entry, stage 2 (query i - D) reads it and
@@ -492,7 +510,6 @@ struct Index::State {
     std::uint64_t lo[kRing];
     std::uint64_t hi[kRing];
     const std::size_t n = queries.size();
-    const Offset* table = start.data();
     for (std::size_t i = 0; i < n + 2 * kDistance; ++i) {
       if (i < n) {
         const std::uint64_t b = bucket_of(queries[i]);
@@ -521,7 +538,7 @@ struct Index::State {
       std::fill(out, out + queries.size(), Out{});
       return;
     }
-    if (!start32.empty()) {
+    if (start32 != nullptr) {
       contains_batch(start32, queries, out);
     } else {
       contains_batch(start64, queries, out);
@@ -531,7 +548,7 @@ struct Index::State {
   bool contains_one(const Digest& digest) const noexcept {
     if (header.digest_count == 0) return false;
     const std::uint64_t b = bucket_of(digest);
-    if (!start32.empty()) return search(digest, start32[b], start32[b + 1]);
+    if (start32 != nullptr) return search(digest, start32[b], start32[b + 1]);
     return search(digest, start64[b], start64[b + 1]);
   }
 };
@@ -546,15 +563,6 @@ std::shared_ptr<Index::State> empty_state() {
   return state;
 }
 
-// A 64-byte aligned buffer of `size` bytes (digests on cache-line
-// boundaries, as in a mapping).
-std::shared_ptr<std::uint8_t> allocate_bytes(std::size_t size) {
-  const std::size_t rounded = (std::max<std::size_t>(size, 1) + 63) / 64 * 64;
-  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(64, rounded));
-  if (p == nullptr) throw std::bad_alloc();
-  return std::shared_ptr<std::uint8_t>(p, [](std::uint8_t* q) { std::free(q); });
-}
-
 Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t> storage,
                                              std::uint64_t size, const std::string& where) {
   auto header = validate_header(storage.get(), size, where);
@@ -566,7 +574,10 @@ Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t>
   state->header = *header;
   state->digests = reinterpret_cast<const Digest*>(storage.get() + kIndexHeaderSize);
   state->storage = std::move(storage);
-  state->build_table();
+  if (!state->build_table()) {
+    return fail(ErrorCode::kIo, where + ": out of memory for the lookup table of " +
+                                    std::to_string(header->digest_count) + " digests");
+  }
   return state;
 }
 
@@ -646,6 +657,10 @@ Result<Index> Index::parse(std::span<const std::uint8_t> bytes) {
   auto header = validate_header(bytes.data(), bytes.size(), "index");
   if (!header) return std::unexpected(header.error());
   auto copy = allocate_bytes(bytes.size());
+  if (copy == nullptr) {
+    return fail(ErrorCode::kIo,
+                "index: out of memory for a copy of " + std::to_string(bytes.size()) + " bytes");
+  }
   std::memcpy(copy.get(), bytes.data(), bytes.size());
   auto state = finish(std::move(copy), bytes.size(), "index");
   if (!state) return std::unexpected(state.error());
@@ -667,9 +682,9 @@ Result<Index> Index::load(const std::filesystem::path& path, LoadMode mode) {
   }
   const auto size = static_cast<std::uint64_t>(info.st_size);
   std::uint8_t header_bytes[kIndexHeaderSize] = {};
-  if (auto ok = read_exact(fd.get(), header_bytes,
-                           static_cast<std::size_t>(std::min<std::uint64_t>(size, kIndexHeaderSize)),
-                           0, where);
+  if (auto ok = read_exact(
+          fd.get(), header_bytes,
+          static_cast<std::size_t>(std::min<std::uint64_t>(size, kIndexHeaderSize)), 0, where);
       !ok) {
     return std::unexpected(ok.error());
   }
@@ -689,6 +704,10 @@ Result<Index> Index::load(const std::filesystem::path& path, LoadMode mode) {
         [size](const std::uint8_t* p) { ::munmap(const_cast<std::uint8_t*>(p), size); });
   } else {
     auto copy = allocate_bytes(static_cast<std::size_t>(size));
+    if (copy == nullptr) {
+      return fail(ErrorCode::kIo, where + ": out of memory for a copy of " +
+                                      std::to_string(size) + " bytes (LoadMode::kMap maps it)");
+    }
     if (auto ok = read_exact(fd.get(), copy.get(), static_cast<std::size_t>(size), 0, where); !ok) {
       return std::unexpected(ok.error());
     }

@@ -13,8 +13,9 @@ Result<IndexBuildReport> build_index_from_catalog(SqliteCatalog& catalog,
   const std::string where = "catalog " + catalog.path().string();
   if (!catalog.catalog_id()) {
     return fail(ErrorCode::kCatalog,
-                where + " has no catalog id yet (schema 1): open it for writing once "
-                        "(abf catalog upgrade) so that an index can name it");
+                where +
+                    " has no catalog id yet (schema 1): open it for writing once "
+                    "(abf catalog upgrade) so that an index can name it");
   }
   auto content = catalog.content_at_version(catalog_version);
   if (!content) return std::unexpected(content.error());
@@ -65,9 +66,9 @@ Result<void> check_index_binding(const Index& index, std::string_view source,
                     "), so it cannot answer for " + theirs + "; refused" + hint);
   }
   if (index.catalog_id() != binding->id) {
-    return fail(ErrorCode::kCatalogMismatch,
-                named + " is of catalog " + index.catalog_id().hex() + ", not of " + theirs +
-                    ": its answers would be wrong there; refused");
+    return fail(ErrorCode::kCatalogMismatch, named + " is of catalog " + index.catalog_id().hex() +
+                                                 ", not of " + theirs +
+                                                 ": its answers would be wrong there; refused");
   }
   auto content = catalog.content_at_version(version);
   if (!content) {
@@ -86,8 +87,8 @@ Result<void> check_index_binding(const Index& index, std::string_view source,
   if (!fingerprint) {
     return fail(ErrorCode::kCatalogMismatch,
                 named + " carries no content fingerprint, so nothing shows that it holds what " +
-                    binding->name + " holds at version " + std::to_string(version) +
-                    "; refused" + hint);
+                    binding->name + " holds at version " + std::to_string(version) + "; refused" +
+                    hint);
   }
   if (*fingerprint != content->fingerprint || index.size() != content->item_count) {
     return fail(ErrorCode::kCatalogMismatch,
@@ -101,8 +102,8 @@ Result<void> check_index_binding(const Index& index, std::string_view source,
   if (!verify_digests) return {};
   if (const auto actual = ContentFingerprint::of(index.digests()); actual != *fingerprint) {
     return fail(ErrorCode::kCatalogMismatch,
-                named + "'s digests add up to content fingerprint " + actual.hex() +
-                    ", not the " + fingerprint->hex() +
+                named + "'s digests add up to content fingerprint " + actual.hex() + ", not the " +
+                    fingerprint->hex() +
                     " its header (and the catalog) records: a header rewritten over other "
                     "digests; refused" +
                     hint);
@@ -201,8 +202,8 @@ Result<void> IndexedRepository::exists_at_version(std::span<const Digest> digest
   }
   if (!ask.empty()) {
     auto found = std::make_unique<bool[]>(ask.size());
-    if (auto asked =
-            store_.exists_at_version(ask_digests, catalog_version, std::span(found.get(), ask.size()));
+    if (auto asked = store_.exists_at_version(ask_digests, catalog_version,
+                                              std::span(found.get(), ask.size()));
         !asked) {
       return asked;
     }

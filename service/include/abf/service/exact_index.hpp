@@ -33,7 +33,9 @@ struct IndexBuildReport {
 // AtomicFile: it appears only when whole). The digests stream from one read
 // transaction in ascending order (SqliteCatalog::for_each_digest_at_version,
 // a walk of the artifacts' primary key), so memory stays bounded (one chunk
-// of digests, and 8 bytes per block) for a catalog of any size. The header
+// of digests, and 8 bytes per block) for a catalog of any size (EXPLAIN
+// QUERY PLAN of that walk: "SCAN artifacts", the WITHOUT ROWID table's
+// primary key in digest order, no temporary B-tree for the ORDER BY). The header
 // carries the catalog's id, the version, and the count and content
 // fingerprint of the version's row; the digests streamed must add up to
 // both, else kCatalog (a damaged catalog) and nothing is written.
