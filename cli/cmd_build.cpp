@@ -334,7 +334,8 @@ Command add_build_command(CLI::App& root) {
       ->required();
   app->add_option("--catalog-version", options->catalog_version,
                   "Catalog version recorded in the snapshot (default 0; with --from-catalog,\n"
-                  "the version of the catalog to build, default its latest)");
+                  "the version of the catalog to build, default its latest)")
+      ->transform(count_validator(0));
   auto* from_catalog = app->add_option(
       "--from-catalog", options->from_catalog,
       "Build from a SQLite catalog (abf catalog) at --catalog-version instead of --input");

@@ -248,7 +248,7 @@ Command add_dedup_command(CLI::App& root) {
   app->add_option("--head-cache-digests", options->head_cache_digests,
                   "Most digests added after the snapshot's version to hold in memory (32 bytes\n"
                   "each; default 2097152); beyond it each filter `absent` is a SQLite lookup")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(count_validator(0));
   add_threads_option(*app, options->threads);
   add_busy_timeout_option(*app, options->busy_timeout_ms);
   return {app, [options] { return run_dedup(*options); }};

@@ -138,7 +138,8 @@ Command add_merge_command(CLI::App& root) {
   app->add_flag("--json", options->json, "Print the summary as one JSON object");
   app->add_option("--catalog-version", options->catalog_version,
                   "catalogVersion of the result; lets inputs of different versions merge, "
-                  "only when they are tied to no catalog");
+                  "only when they are tied to no catalog")
+      ->transform(count_validator(0));
   add_key_file_option(*app, options->key_file, "open keyed (hash protocol 2) parts");
   add_threads_option(*app, options->threads);
   return {app, [options] { return run_merge(*options); }};

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -235,7 +236,8 @@ std::expected<std::uint64_t, std::string> parse_count(std::string_view text, std
 // A CLI11 transform for a count option in min..max (parse_count): rewrites
 // the value as its integer, so "-n 1e6" reads as 1000000. Use with
 // ->transform(), never ->check() (check copies the value it checks).
-CLI::Validator count_validator(std::uint64_t min, std::uint64_t max);
+CLI::Validator count_validator(std::uint64_t min,
+                               std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
 
 // A CLI11 check for a false-positive rate: a finite number with 0 < p < 1.
 CLI::Validator fpp_validator();
