@@ -88,7 +88,8 @@ TEST_F(CliPolishTest, OutOfRangeValuesAreUsageErrorsInEveryCommand) {
       // Unsigned options: -1 is refused, never read as 2^64 - 1.
       {build + "-n 10 -p 0.01 --catalog-version -1", "--catalog-version: '-1' is negative"},
       {"merge a.abf b.abf -o m.abf --catalog-version -1", "--catalog-version: '-1' is negative"},
-      {"dedup -s x.abf --db c.db --head-cache-digests -1", "--head-cache-digests: '-1' is negative"},
+      {"dedup -s x.abf --db c.db --head-cache-digests -1",
+       "--head-cache-digests: '-1' is negative"},
       {"serve -s x.abf --db c.db --follow --follow-lag-versions 0",
        "--follow-lag-versions: '0' is too small"},
       {"serve -s x.abf --db c.db --max-digests -5", "--max-digests: '-5' is negative"},
