@@ -97,17 +97,16 @@ Result<void> print_summary(const BuildCommandOptions& options, const BuildInput&
             (shard_files.size() > 1 ? " .. " + shard_files.back() : std::string()) + ")";
   }
   text += ": ";
-  const std::string inserted = with_commas(set.inserted_item_count());
+  const std::uint64_t inserted = set.inserted_item_count();
   if (input.source == "catalog") {
-    text += inserted + " digests of catalog " + input.name + " version " +
+    text += counted(inserted, "digest") + " of catalog " + input.name + " version " +
             std::to_string(set.catalog_version()) +
             " (a catalog version holds each digest once: no repeats)";
   } else if (input.repeats) {
-    text += inserted + " distinct digests (" + with_commas(*input.repeats) +
-            (*input.repeats == 1 ? " repeat among " : " repeats among ") +
-            with_commas(input.digests) + " read, dropped)";
+    text += counted(inserted, "distinct digest") + " (" + counted(*input.repeats, "repeat") +
+            " among " + with_commas(input.digests) + " read, dropped)";
   } else {
-    text += inserted + " digests, repeats included (not checked; --distinct drops them)";
+    text += counted(inserted, "digest") + ", repeats included (not checked; --distinct drops them)";
   }
   return write_report(text + ", " + (as_set ? set_text(set) : filter_text(set.shard(0))) + "\n",
                       to_stdout);
@@ -137,7 +136,7 @@ int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
   const BloomSpec spec{options.expected_items, options.fpp};
   auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
                                        : shard_count_from_option(options.shards, spec);
-  if (!shards) return report("build", shards.error());
+  if (!shards) return report_spec("build", shards.error());
   auto set = [&]() -> Result<FilterSet> {
     const Activity activity("building from " + options.from_catalog + " version " +
                             std::to_string(version));
@@ -148,11 +147,11 @@ int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
     }
     return service::build_filter_set_from_catalog(*catalog, version, spec, *shards, key, backend);
   }();
-  if (!set) return report("build", set.error());
+  if (!set) return report_spec("build", set.error());
   if (auto saved = save_output(options, *set); !saved) return report("build", saved.error());
   const BuildInput input{"catalog", options.from_catalog, set->inserted_item_count(), 0};
   if (auto printed = print_summary(options, input, *set, seconds_since(start)); !printed) {
-    return report("build", printed.error());
+    return report("build", summary_error(options.output, printed.error()));
   }
   return kExitOk;
 }
@@ -165,11 +164,12 @@ Error capacity_error(Error error, const BuildCommandOptions& options, const Dige
   if (error.code == ErrorCode::kCapacityExceeded && inserted + chunk <= options.expected_items) {
     error.message = reader.source_name() + ": " + error.message;
   } else if (error.code == ErrorCode::kCapacityExceeded) {
-    error.message = reader.source_name() + ": more than --expected-items " +
-                    std::to_string(options.expected_items) +
-                    (options.distinct ? " distinct digests" : " digests") + " (detected after " +
-                    std::to_string(inserted) +
-                    " were added); rebuild with a larger --expected-items";
+    error.message =
+        reader.source_name() + ": more than --expected-items " +
+        counted(options.expected_items, options.distinct ? "distinct digest" : "digest") +
+        " (detected after " + std::to_string(inserted) +
+        (inserted == 1 ? " was added" : " were added") +
+        "); rebuild with a larger --expected-items";
   }
   return error;
 }
@@ -194,8 +194,7 @@ Result<BuildInput> add_distinct(const BuildCommandOptions& options, DigestReader
       progress.update(reader.bytes_read());
     }
   }
-  const Activity activity("sorting " + with_commas(distinct.input_count()) +
-                          " digests and building");
+  const Activity activity("sorting " + counted(distinct.input_count(), "digest") + " and building");
   auto finished = distinct.finish(
       [&](std::span<const Digest> digests) -> Result<void> {
         if (auto added = builder.add(digests, backend); !added) {
@@ -240,6 +239,7 @@ Result<BuildInput> add_all(const BuildCommandOptions& options, DigestReader& rea
 }
 
 int run_build(const BuildCommandOptions& options) {
+  if (auto refused = binary_to_terminal(options.output)) return usage_error("build", *refused);
   if (!options.shards.empty() && options.output == "-") {
     return usage_error("build",
                        "--shards writes a filter set, a manifest and shard files beside it, "
@@ -267,9 +267,9 @@ int run_build(const BuildCommandOptions& options) {
   build_options.key = *key;
   auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
                                        : shard_count_from_option(options.shards, spec);
-  if (!shards) return report("build", shards.error());
+  if (!shards) return report_spec("build", shards.error());
   auto builder = FilterSetBuilder::create(spec, *shards, build_options);
-  if (!builder) return report("build", builder.error());
+  if (!builder) return report_spec("build", builder.error());
   auto reader = DigestReader::open(options.input, *format);
   if (!reader) return report("build", reader.error());
 
@@ -284,7 +284,7 @@ int run_build(const BuildCommandOptions& options) {
   if (!finished) return report("build", finished.error());
   if (auto saved = save_output(options, *finished); !saved) return report("build", saved.error());
   if (auto printed = print_summary(options, *input, *finished, seconds_since(start)); !printed) {
-    return report("build", printed.error());
+    return report("build", summary_error(options.output, printed.error()));
   }
   return kExitOk;
 }
@@ -325,13 +325,17 @@ Command add_build_command(CLI::App& root) {
       "snapshot reads a set by its manifest.\n"
       "  abf build -n 300000000 -p 0.01 --shards auto -f bin -i digests.bin -o catalog.abfs");
   app->add_option("--expected-items,-n", options->expected_items,
-                  "Design capacity n (1..2^30); more digests than this is an error")
+                  "Design capacity n: 1..2^30, or up to 2^46 for a set (--shards); 1e6 and\n"
+                  "2.5e6 are read as integers. More digests than this is an error")
+      ->transform(count_validator(1, kMaxSetExpectedItemCount))
       ->required();
   app->add_option("--fpp,-p", options->fpp, "Target false-positive rate p, 0 < p < 1 (e.g. 0.001)")
+      ->check(fpp_validator())
       ->required();
   app->add_option("--catalog-version", options->catalog_version,
                   "Catalog version recorded in the snapshot (default 0; with --from-catalog,\n"
-                  "the version of the catalog to build, default its latest)");
+                  "the version of the catalog to build, default its latest)")
+      ->transform(count_validator(0));
   auto* from_catalog = app->add_option(
       "--from-catalog", options->from_catalog,
       "Build from a SQLite catalog (abf catalog) at --catalog-version instead of --input");

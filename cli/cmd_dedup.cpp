@@ -202,8 +202,9 @@ int run_dedup(const DedupOptions& options) {
         << " s\n";
     if (result->lag.versions_behind != 0) {
       out << "  snapshot of version " << version << ", behind the catalog by "
-          << result->lag.versions_behind << " version(s) and " << result->lag.digests_added
-          << " added digest(s):\n  its absent answers were checked against those (a snapshot"
+          << counted(result->lag.versions_behind, "version") << " and "
+          << counted(result->lag.digests_added, "added digest")
+          << ":\n  its absent answers were checked against those (a snapshot"
              " rebuilt with abf build --from-catalog needs no such check)\n";
     }
     for (const auto& [name, value] : json.items()) {
@@ -295,7 +296,7 @@ Command add_dedup_command(CLI::App& root) {
   app->add_option("--head-cache-digests", options->head_cache_digests,
                   "Most digests added after the snapshot's version to hold in memory (32 bytes\n"
                   "each; default 2097152); beyond it each filter `absent` is a SQLite lookup")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(count_validator(0));
   add_threads_option(*app, options->threads);
   add_busy_timeout_option(*app, options->busy_timeout_ms);
   return {app, [options] { return run_dedup(*options); }};
@@ -320,9 +321,9 @@ struct TempDir {
 
 }  // namespace
 
-int run_dedup_demo(std::ostream& out) {
-  constexpr std::uint64_t kCatalogSize = 1'000'000;
-  constexpr std::uint64_t kCandidates = 1'000'000;
+int run_dedup_demo(std::ostream& out, std::uint64_t size) {
+  const std::uint64_t kCatalogSize = size;
+  const std::uint64_t kCandidates = size;
   constexpr std::uint64_t kKnownEvery = 100;  // 1% of the candidates are in the catalog
   constexpr double kFpp = 0.01;
   const char* command = "demo";
@@ -346,8 +347,8 @@ int run_dedup_demo(std::ostream& out) {
   auto added = catalog->add(members);
   if (!added) return report(command, added.error());
   std::error_code ec;
-  out << "  catalog       " << with_commas(kCatalogSize)
-      << " digests SHA-256(\"catalog:<i>\") as version " << added->version << ", written in "
+  out << "  catalog       " << counted(kCatalogSize, "digest")
+      << " SHA-256(\"catalog:<i>\") as version " << added->version << ", written in "
       << fixed(seconds_since(start), 2) << " s ("
       << with_commas(std::filesystem::file_size(db_path, ec)) << " bytes of SQLite)\n";
 
@@ -411,11 +412,11 @@ int run_dedup_demo(std::ostream& out) {
       << with_commas(f.maybe) << " maybe -> " << with_commas(f.exact_lookups) << " SQLite lookups ("
       << fixed(100.0 * static_cast<double>(f.exact_lookups) / static_cast<double>(f.total), 2)
       << "% of candidates), " << with_commas(f.false_positive) << " false positives\n";
-  out << "                negativeBypassRatio " << fixed(f.negative_bypass_ratio(), 4)
-      << ", observedFalsePositiveRate " << fixed(f.observed_false_positive_rate(), 5)
+  out << "                negative_bypass_ratio " << fixed(f.negative_bypass_ratio(), 4)
+      << ", observed_false_positive_rate " << fixed(f.observed_false_positive_rate(), 5)
       << " (resolution ~"
       << fixed(1.0 / std::sqrt(static_cast<double>(f.negative + f.false_positive) * kFpp) * 100, 1)
-      << "% relative), falseDiscoveryRatio " << fixed(f.false_discovery_ratio(), 4) << "\n";
+      << "% relative), false_discovery_ratio " << fixed(f.false_discovery_ratio(), 4) << "\n";
   out << "  SQLite only   " << fixed(exact->report.seconds, 3)
       << " s: " << with_commas(e.exact_lookups) << " SQLite lookups\n";
   const bool same = filtered->absent == exact->absent;

@@ -47,16 +47,22 @@ Result<double> time_query(const Filter& filter, const std::vector<Digest>& diges
 }
 
 int run_demo(const DemoOptions& options) {
+  // n and p that make no filter are the command line's fault, found before
+  // a million digests are generated.
+  if (auto layout = choose_layout(BloomSpec{options.items, options.fpp}); !layout) {
+    return report_spec("demo", layout.error());
+  }
   const unsigned threads = apply_threads(options.threads);
-  std::printf("abf demo: %s member digests SHA-256(\"member:<i>\"), n = %s, p = %g\n",
-              with_commas(options.items).c_str(), with_commas(options.items).c_str(), options.fpp);
+  std::printf("abf demo: %s SHA-256(\"member:<i>\"), n = %s, p = %g\n",
+              counted(options.items, "member digest").c_str(), with_commas(options.items).c_str(),
+              options.fpp);
 
   auto start = std::chrono::steady_clock::now();
   const auto members = generate_digests("member:", options.items);
   const auto absent = generate_digests("non-member:", options.items);
-  std::printf("generated           %s members and %s absent candidates in %.2f s\n",
-              with_commas(members.size()).c_str(), with_commas(absent.size()).c_str(),
-              seconds_since(start));
+  std::printf("generated           %s and %s in %.2f s\n",
+              counted(members.size(), "member").c_str(),
+              counted(absent.size(), "absent candidate").c_str(), seconds_since(start));
 
   start = std::chrono::steady_clock::now();
   auto built = build_filter(members, BloomSpec{options.items, options.fpp}, 0);
@@ -103,11 +109,11 @@ int run_demo(const DemoOptions& options) {
   const double sigma = std::sqrt(estimated * (1 - estimated) / probes);
   std::printf(
       "false positives     estimated %.6f (model), observed %.6f = %s of %s absent "
-      "queries\n                    (resolution %.0e per query, model +/- %.6f at one sigma)\n",
+      "%s\n                    (resolution %.0e per query, model +/- %.6f at one sigma)\n",
       estimated, observed, with_commas(false_positives).c_str(), with_commas(absent.size()).c_str(),
-      1.0 / probes, sigma);
-  std::printf("false negatives     %s of %s members (must be 0)\n",
-              with_commas(false_negatives).c_str(), with_commas(members.size()).c_str());
+      absent.size() == 1 ? "query" : "queries", 1.0 / probes, sigma);
+  std::printf("false negatives     %s of %s (must be 0)\n", with_commas(false_negatives).c_str(),
+              counted(members.size(), "member").c_str());
 
   std::printf("query throughput    median of 3, %u threads\n", threads);
   std::printf("  %-8s %-18s %-18s\n", "backend", "absent", "present");
@@ -132,7 +138,7 @@ int run_demo(const DemoOptions& options) {
   if (options.skip_dedup) return kExitOk;
   std::cout << '\n';
   std::fflush(stdout);
-  return run_dedup_demo(std::cout);
+  return run_dedup_demo(std::cout, std::min<std::uint64_t>(options.items, 1'000'000));
 }
 
 Command add_demo_command(CLI::App& root) {
@@ -144,10 +150,13 @@ Command add_demo_command(CLI::App& root) {
       "snapshot and reloaded, then 1,000,000 absent and 1,000,000 present queries: layout,\n"
       "fill ratio, estimated and observed false-positive rate, throughput per backend.\n"
       "Then the service: a SQLite catalog of 1,000,000 digests, a dedup of 1,000,000\n"
-      "candidates (most new), and the catalog lookups the filter avoided.");
-  app->add_option("--items", options->items, "Members and absent candidates (default 1,000,000)")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
-  app->add_option("--fpp", options->fpp, "Target false-positive rate (default 0.001)");
+      "candidates (most new), and the catalog lookups the filter avoided (--items of\n"
+      "fewer makes both that many).");
+  app->add_option("--items", options->items,
+                  "Members and absent candidates, 1..2^30 (default 1,000,000)")
+      ->transform(count_validator(1, probe::kMaxExpectedItemCount));
+  app->add_option("--fpp", options->fpp, "Target false-positive rate, 0 < p < 1 (default 0.001)")
+      ->check(fpp_validator());
   app->add_option("--output,-o", options->output,
                   "Keep the snapshot at this path (default: a temporary file, removed)")
       ->check(not_a_stream("the demo's snapshot: it is reloaded from its path"));

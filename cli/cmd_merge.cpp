@@ -24,6 +24,7 @@ struct MergeCommandOptions {
 };
 
 int run_merge(const MergeCommandOptions& options) {
+  if (auto refused = binary_to_terminal(options.output)) return usage_error("merge", *refused);
   if (std::ranges::count(options.inputs, "-") > 1) {
     return usage_error("merge", "standard input (-) can be only one of the inputs");
   }
@@ -69,7 +70,7 @@ int run_merge(const MergeCommandOptions& options) {
   std::replace(merge_options.labels.begin(), merge_options.labels.end(), std::string("-"),
                std::string("<stdin>"));
   auto merged = [&] {
-    const Activity activity("merging " + std::to_string(filters.size()) + " snapshots");
+    const Activity activity("merging " + counted(filters.size(), "snapshot"));
     return merge_filter_sets(filters, merge_options);
   }();
   if (!merged) return report("merge", merged.error());
@@ -94,11 +95,13 @@ int run_merge(const MergeCommandOptions& options) {
           std::to_string(filters.size()) +
           (sets ? (filters.size() == 1 ? " filter set, " : " filter sets, ")
                 : (filters.size() == 1 ? " snapshot, " : " snapshots, ")) +
-          with_commas(merged->inserted_item_count()) +
-          " digests (the parts' counts summed; a digest in two parts counts twice), " +
+          counted(merged->inserted_item_count(), "digest") +
+          " (the parts' counts summed; a digest in two parts counts twice), " +
           (sets ? set_text(*merged) : filter_text(merged->shard(0))) + "\n";
   }
-  if (auto wrote = write_report(out, to_stdout); !wrote) return report("merge", wrote.error());
+  if (auto wrote = write_report(out, to_stdout); !wrote) {
+    return report("merge", summary_error(options.output, wrote.error()));
+  }
   return kExitOk;
 }
 
@@ -135,7 +138,8 @@ Command add_merge_command(CLI::App& root) {
   app->add_flag("--json", options->json, "Print the summary as one JSON object");
   app->add_option("--catalog-version", options->catalog_version,
                   "catalogVersion of the result; lets inputs of different versions merge, "
-                  "only when they are tied to no catalog");
+                  "only when they are tied to no catalog")
+      ->transform(count_validator(0));
   add_key_file_option(*app, options->key_file, "open keyed (hash protocol 2) parts");
   add_threads_option(*app, options->threads);
   return {app, [options] { return run_merge(*options); }};

@@ -230,17 +230,23 @@ Command add_serve_command(CLI::App& root) {
   app->add_option("--grpc-listen", options->grpc_listen, "gRPC HOST:PORT (default: no gRPC)");
   app->add_option("--tls-cert", options->tls_cert, "TLS certificate (PEM), for both fronts");
   app->add_option("--tls-key", options->tls_key, "TLS private key (PEM)");
-  app->add_option("--rate-limit-rps", options->rate_rps, "Requests per second per token (0: none)");
-  app->add_option("--rate-limit-dps", options->rate_dps, "Digests per second per token (0: none)");
+  app->add_option("--rate-limit-rps", options->rate_rps, "Requests per second per token (0: none)")
+      ->check(CLI::Range(0.0, 1e15));
+  app->add_option("--rate-limit-dps", options->rate_dps, "Digests per second per token (0: none)")
+      ->check(CLI::Range(0.0, 1e15));
   app->add_option("--max-body-bytes", options->max_body_bytes,
-                  "Largest request body (default 33554432; 413 beyond)");
+                  "Largest request body (default 33554432; 413 beyond)")
+      ->transform(count_validator(0));
   app->add_option("--max-digests", options->max_digests,
-                  "Most digests per request (default 262144; 413 beyond)");
+                  "Most digests per request (default 262144; 413 beyond)")
+      ->transform(count_validator(0));
   app->add_option("--idle-timeout", options->idle_timeout,
-                  "Seconds a keep-alive connection may idle (default 30)");
+                  "Seconds a keep-alive connection may idle (default 30)")
+      ->transform(count_validator(0, std::numeric_limits<unsigned>::max()));
   app->add_option(
       "--http-threads", options->http_threads,
-      "HTTP threads kept for new connections (default 64; each open connection has one)");
+      "HTTP threads kept for new connections (default 64; each open connection has one)")
+      ->transform(count_validator(0, std::numeric_limits<unsigned>::max()));
   app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   add_backend_option(*app, options->backend, "Filter engine");
@@ -248,16 +254,16 @@ Command add_serve_command(CLI::App& root) {
                   "Most digests added after a snapshot's version held in memory per tenant\n"
                   "(32 bytes each; default 2097152); beyond it every filter absent is a\n"
                   "catalog lookup")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(count_validator(0));
   app->add_flag("--follow", options->follow,
                 "Rebuild and publish each tenant's snapshot in the background once it lags its\n"
                 "catalog (the server then writes the snapshot file, atomically)");
   app->add_option("--follow-lag-versions", options->follow_lag_versions,
                   "With --follow: rebuild at this many versions behind (default 8)")
-      ->check(CLI::PositiveNumber);
+      ->transform(count_validator(1));
   app->add_option("--follow-lag-digests", options->follow_lag_digests,
                   "With --follow: rebuild at this many digests added since (default 100000)")
-      ->check(CLI::PositiveNumber);
+      ->transform(count_validator(1));
   return {app, [options, app] {
             options->listen_given = app->count("--listen") > 0;
             return run_serve(*options);

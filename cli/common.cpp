@@ -11,8 +11,10 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -127,6 +129,53 @@ std::optional<std::string> unknown_command(const CLI::App& root, int argc,
   }
 }
 
+std::optional<std::string> unknown_option(const CLI::App& root) {
+  // The command that was being parsed: the deepest subcommand given.
+  const CLI::App* app = &root;
+  std::string path;
+  for (;;) {
+    const auto parsed = app->get_subcommands([](const CLI::App* sub) { return sub->parsed(); });
+    if (parsed.empty()) break;
+    app = parsed.front();
+    path += (path.empty() ? "" : " ") + app->get_name();
+  }
+  for (const std::string& word : root.remaining(/*recurse=*/true)) {
+    if (word.size() < 2 || word[0] != '-') continue;  // "-" is a stream; words are positionals
+    if (word[1] != '-' && (std::isdigit(static_cast<unsigned char>(word[1])) || word[1] == '.')) {
+      continue;  // a negative number, a value
+    }
+    const std::string name = word.substr(0, word.find('='));
+    // The options a person is shown, in the command and the commands above
+    // it (--help, and abf's --version).
+    std::string best;
+    std::size_t best_distance = 3;
+    for (const CLI::App* owner = app; owner != nullptr; owner = owner->get_parent()) {
+      for (const CLI::Option* option : owner->get_options()) {
+        std::vector<std::string> names;
+        for (const auto& lname : option->get_lnames()) names.push_back("--" + lname);
+        for (const auto& sname : option->get_snames()) names.push_back("-" + sname);
+        for (const auto& candidate : names) {
+          // One letter from every other short option: no guess for "-q".
+          if (name.size() == 2 || candidate.size() == 2) continue;
+          std::size_t distance = edit_distance(name, candidate);
+          if (name.size() >= 4 && candidate.starts_with(name)) {
+            distance = std::min<std::size_t>(distance, 1);
+          }
+          if (distance < best_distance) {
+            best_distance = distance;
+            best = candidate;
+          }
+        }
+      }
+      if (owner == &root) break;
+    }
+    std::string message = "unknown option '" + name + "'";
+    if (!best.empty()) message += "; did you mean '" + best + "'?";
+    return usage_text(path, message);
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> backend_environment_error() {
   const char* forced = std::getenv("ABF_BACKEND");
   if (forced == nullptr || *forced == '\0') return std::nullopt;
@@ -157,11 +206,23 @@ Result<void> flush_stdout() {
   return {};
 }
 
+std::optional<std::string> binary_to_terminal(std::string_view output) {
+  if (output != "-" || ::isatty(STDOUT_FILENO) != 1) return std::nullopt;
+  return "refusing to write binary to a terminal (--output - is a snapshot); redirect or use "
+         "-o FILE";
+}
+
 Result<void> write_report(std::string_view text, bool stdout_carries_data) {
   if (!stdout_carries_data) return write_stdout(text);
   std::cerr << text;
   std::cerr.flush();
   return {};
+}
+
+Error summary_error(std::string_view output, Error error) {
+  const std::string name = output == "-" ? "<stdout>" : std::string(output);
+  error.message = name + " was written, but printing the summary failed: " + error.message;
+  return error;
 }
 
 std::string json_text(const nlohmann::ordered_json& json) {
@@ -513,6 +574,109 @@ Result<std::optional<Key>> key_from_option(const std::string& path) {
   return std::optional<Key>(std::move(*key));
 }
 
+std::expected<std::uint64_t, std::string> parse_count(std::string_view text, std::uint64_t min,
+                                                      std::uint64_t max) {
+  const std::string range = "an integer in " + with_commas(min) + ".." + with_commas(max);
+  const auto refuse = [&](std::string_view why) {
+    return std::unexpected("'" + std::string(text) + "' " + std::string(why) + "; expected " +
+                           range + " (1e6 and 2.5e6 are fine)");
+  };
+  // digits [. digits] [e [+|-] digits], read exactly (never through a
+  // double, whose 53 bits would round 2^63 + 1).
+  std::size_t at = 0;
+  const auto digits = [&] {
+    const std::size_t begin = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+    return text.substr(begin, at - begin);
+  };
+  const std::string_view whole = digits();
+  std::string_view fraction;
+  if (at < text.size() && text[at] == '.') {
+    ++at;
+    fraction = digits();
+  }
+  if (whole.empty() && fraction.empty()) {
+    return refuse(text.starts_with('-') ? "is negative" : "is not a number");
+  }
+  std::int64_t exponent = 0;
+  if (at < text.size() && (text[at] == 'e' || text[at] == 'E')) {
+    ++at;
+    bool negative = false;
+    if (at < text.size() && (text[at] == '+' || text[at] == '-')) negative = text[at++] == '-';
+    const std::string_view power = digits();
+    if (power.empty()) return refuse("is not a number");
+    // Beyond 4 digits of exponent the value is 0 < x < 1 or far beyond max:
+    // either way refused below; clamping keeps the arithmetic small.
+    for (const char c : power) exponent = std::min<std::int64_t>(exponent * 10 + (c - '0'), 10000);
+    if (negative) exponent = -exponent;
+  }
+  if (at != text.size()) return refuse("is not a number");
+  // The value is mantissa * 10^shift, the mantissa the digits without the point.
+  std::string mantissa = std::string(whole) + std::string(fraction);
+  std::int64_t shift = exponent - static_cast<std::int64_t>(fraction.size());
+  const auto first = mantissa.find_first_not_of('0');
+  if (first == std::string::npos) {
+    mantissa = "0";
+    shift = 0;
+  } else {
+    mantissa.erase(0, first);
+  }
+  while (shift < 0 && mantissa.size() > 1 && mantissa.back() == '0') {
+    mantissa.pop_back();
+    ++shift;
+  }
+  if (shift < 0) return refuse("is not a whole number");
+  if (static_cast<std::int64_t>(mantissa.size()) + shift > 20) return refuse("is too large");
+  mantissa.append(static_cast<std::size_t>(shift), '0');
+  std::uint64_t value = 0;
+  const auto [end, problem] =
+      std::from_chars(mantissa.data(), mantissa.data() + mantissa.size(), value);
+  if (problem != std::errc() || end != mantissa.data() + mantissa.size() || value > max) {
+    return refuse("is too large");
+  }
+  if (value < min) return refuse("is too small");
+  return value;
+}
+
+CLI::Validator count_validator(std::uint64_t min, std::uint64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& value) -> std::string {
+        auto count = parse_count(value, min, max);
+        if (!count) return count.error();
+        value = std::to_string(*count);
+        return {};
+      },
+      "");
+}
+
+CLI::Validator fpp_validator() {
+  return CLI::Validator(
+      [](const std::string& value) -> std::string {
+        const char* begin = value.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const double p = std::strtod(begin, &end);
+        if (value.empty() || end != begin + value.size()) {
+          return "'" + value + "' is not a number; expected a rate with 0 < p < 1 (e.g. 0.001)";
+        }
+        if (!std::isfinite(p) || p <= 0.0 || p >= 1.0) {
+          return "'" + value + "' is outside 0 < p < 1 (a false-positive rate, e.g. 0.001)";
+        }
+        return {};
+      },
+      "");
+}
+
+bool is_spec_error(ErrorCode code) noexcept {
+  return code == ErrorCode::kInvalidExpectedItemCount ||
+         code == ErrorCode::kInvalidFalsePositiveRate || code == ErrorCode::kFilterTooLarge;
+}
+
+int report_spec(std::string_view command, const Error& error) {
+  if (is_spec_error(error.code)) return usage_error(command, error.describe());
+  return report(command, error);
+}
+
 CLI::Validator not_a_stream(std::string what) {
   return CLI::Validator(
       [what = std::move(what)](const std::string& text) -> std::string {
@@ -638,6 +802,10 @@ std::string with_commas(std::uint64_t value) {
     out += digits[i];
   }
   return out;
+}
+
+std::string counted(std::uint64_t count, std::string_view noun) {
+  return with_commas(count) + " " + std::string(noun) + (count == 1 ? "" : "s");
 }
 
 std::string si_rate(double per_second) {

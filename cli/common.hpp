@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <expected>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +53,14 @@ std::string usage_text(std::string_view command, std::string_view message);
 // names a subcommand names one. Stops at the first option.
 std::optional<std::string> unknown_command(const CLI::App& root, int argc, const char* const* argv);
 
+// An unknown option CLI11 left over after parsing (`--snapshott`), which
+// it would otherwise report as something else ("--snapshot is required"):
+// "abf <command>: unknown option '--snapshott'; did you mean '--snapshot'?"
+// (the nearest option of that command by edit distance: one or two edits,
+// or one the word begins), or nothing when every option was known. main.cpp
+// asks it first whenever parsing failed, so a typo is named as one.
+std::optional<std::string> unknown_option(const CLI::App& root);
+
 // "ABF_BACKEND: <name> not in {auto,scalar,...}" when ABF_BACKEND is set to
 // a name the library does not know (the message --backend gives for the
 // same name), else nothing. Every command checks it (main.cpp): the two
@@ -73,11 +83,22 @@ Result<void> write_stdout(std::string_view text);
 // lost silently.
 Result<void> flush_stdout();
 
+// For an output of binary data (a snapshot) named "-": when standard output
+// is a terminal, the usage error's message ("refusing to write binary to a
+// terminal; redirect or use -o FILE", as gzip refuses), else nothing. Piped
+// or redirected, "-" is fine.
+std::optional<std::string> binary_to_terminal(std::string_view output);
+
 // Writes a command's report (its summary, counts or JSON): to standard
 // output, where a failed write is the command's failure, or, when standard
 // output carries the command's data (an output of "-"), to standard error,
 // so the data stays exactly the data.
 Result<void> write_report(std::string_view text, bool stdout_carries_data);
+
+// The error of a report (a summary) that could not be printed after the
+// command's output was written: "<output> was written, but printing the
+// summary failed: <why>" (the output stays: it is whole and in place).
+Error summary_error(std::string_view output, Error error);
 
 // A report as JSON: two-space indent, snake_case keys, a final newline.
 // Names that are not UTF-8 have their bad bytes replaced by U+FFFD.
@@ -205,6 +226,31 @@ Result<std::optional<Key>> key_from_option(const std::string& path);
 inline constexpr int kDefaultBusyTimeoutMs = 60'000;
 void add_busy_timeout_option(CLI::App& app, int& milliseconds);
 
+// A count given on the command line: decimal digits, or a decimal or
+// scientific number that denotes a whole one ("1e6", "2.5e6", "1000.0").
+// "1.5" (not whole), "-3", "1e30" (beyond `max`) are refused with the
+// reason. The value, or the message a usage error gives.
+std::expected<std::uint64_t, std::string> parse_count(std::string_view text, std::uint64_t min,
+                                                      std::uint64_t max);
+
+// A CLI11 transform for a count option in min..max (parse_count): rewrites
+// the value as its integer, so "-n 1e6" reads as 1000000. Use with
+// ->transform(), never ->check() (check copies the value it checks).
+CLI::Validator count_validator(std::uint64_t min,
+                               std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
+
+// A CLI11 check for a false-positive rate: a finite number with 0 < p < 1.
+CLI::Validator fpp_validator();
+
+// Whether `code` says the filter's n or p cannot be built (out of range, or a
+// filter larger than 2^30 bits): the command line was wrong, so the command
+// exits kExitUsage (usage_error) rather than kExitFailure.
+bool is_spec_error(ErrorCode code) noexcept;
+
+// Reports `error` as report() does, but as a usage error (exit 2) when it is
+// is_spec_error: the n and p of the command line cannot make a filter.
+int report_spec(std::string_view command, const Error& error);
+
 // A CLI11 check refusing "-" for a path that cannot be a stream (a usage
 // error, exit 2): "- (standard input or output) cannot be <what>".
 CLI::Validator not_a_stream(std::string what);
@@ -259,6 +305,10 @@ std::vector<Digest> generate_digests(std::string_view prefix, std::uint64_t coun
 
 // Seconds elapsed since `start`.
 double seconds_since(std::chrono::steady_clock::time_point start);
+
+// "1 digest", "2 digests", "1,000 digests": a count and its noun, the noun
+// plural (a trailing s) unless the count is 1.
+std::string counted(std::uint64_t count, std::string_view noun);
 
 // Human formatting: 1234567 -> "1,234,567"; rates as "12.3 M/s".
 std::string with_commas(std::uint64_t value);

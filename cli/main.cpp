@@ -104,6 +104,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+    // An unknown option first: CLI11 checks required options (and values)
+    // before it looks at the words it did not know, so `--snapshott x`
+    // would read as "--snapshot is required".
+    const bool asked = dynamic_cast<const CLI::CallForHelp*>(&error) != nullptr ||
+                       dynamic_cast<const CLI::CallForAllHelp*>(&error) != nullptr ||
+                       dynamic_cast<const CLI::CallForVersion*>(&error) != nullptr;
+    if (auto unknown = abf::cli::unknown_option(app); !asked && unknown) {
+      std::fputs(unknown->c_str(), stderr);
+      return abf::cli::kExitUsage;
+    }
     // --help and --version are "errors" that exit 0: their text is the
     // output, and must arrive, so it goes out with write_stdout (which sees
     // the errno of a failed write).

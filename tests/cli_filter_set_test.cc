@@ -164,8 +164,9 @@ TEST_F(CliSetTest, ShardsAutoAndItsChecks) {
         abf(std::string("build -n 1000 -p 0.01 -i members.txt -o x.abfs --shards ") + bad), 2,
         "--shards");
   }
-  // Too few shards for n at p: a run-time failure that says how many.
-  expect_failure(abf("build -n 3000000000 -p 0.01 -i members.txt -o x.abfs --shards 2"), 1,
+  // Too few shards for n at p: a usage error (values out of range together)
+  // that says how many.
+  expect_failure(abf("build -n 3000000000 -p 0.01 -i members.txt -o x.abfs --shards 2"), 2,
                  "filter_too_large");
   // A set is never standard output.
   expect_failure(abf("build -n 1000 -p 0.01 -i members.txt -o - --shards 3"), 2,

@@ -192,5 +192,90 @@ TEST_F(Sha256sumTest, ANulInTextOfLinesIsAnErrorInEveryCommand) {
   EXPECT_NE(stats.out.find("\"latest_version\": 0"), std::string::npos) << stats.out;
 }
 
+// --tag: BSD-style lines, byte for byte sha256sum --tag's (escaped names
+// included), and with -z its NUL-terminated records.
+TEST_F(Sha256sumTest, DigestTagPrintsExactlyWhatSha256sumTagPrints) {
+  for (const std::string flags : {"--tag", "--tag -z"}) {
+    SCOPED_TRACE(flags);
+    const test::CliRun ours = sh("cd files && $ABF digest " + flags + " *");
+    const test::CliRun theirs = sh("cd files && sha256sum " + flags + " *");
+    ASSERT_EQ(ours.status, 0) << ours.err;
+    EXPECT_EQ(ours.out, theirs.out);
+  }
+  EXPECT_NE(sh("cd files && $ABF digest --tag *").out.find("\\SHA256 ("), std::string::npos);
+  EXPECT_EQ(sh("$ABF digest --tag < files/plain.bin").out,
+            sh("sha256sum --tag < files/plain.bin").out);
+  EXPECT_EQ(sh("$ABF digest --tag --json files/plain.bin").status, 2);
+}
+
+// -c: what sha256sum -c prints on stdout, and its exit status, for lists of
+// either form, all good, one changed, one missing; --quiet and --status.
+TEST_F(Sha256sumTest, DigestCheckVerifiesAsSha256sumCheckDoes) {
+  ASSERT_EQ(sh("cd files && sha256sum * > ../gnu.txt && sha256sum --tag * > ../tag.txt").status, 0);
+  ASSERT_EQ(sh("cd files && $ABF digest -z * > ../zero.txt").status, 0);
+  const auto compare = [&](const std::string& flags, int status) {
+    for (const std::string list : {"gnu.txt", "tag.txt"}) {
+      SCOPED_TRACE(flags + " " + list);
+      const test::CliRun ours = sh("cd files && $ABF digest -c " + flags + " ../" + list);
+      const test::CliRun theirs = sh("cd files && sha256sum -c " + flags + " ../" + list);
+      EXPECT_EQ(ours.out, theirs.out);
+      EXPECT_EQ(ours.status, theirs.status) << ours.err;
+      EXPECT_EQ(ours.status, status) << ours.err;
+      // And from standard input.
+      EXPECT_EQ(sh("cd files && $ABF digest --check " + flags + " < ../" + list).out, theirs.out);
+    }
+  };
+  compare("", 0);
+  compare("--quiet", 0);
+  const test::CliRun all = sh("cd files && $ABF digest -c ../gnu.txt");
+  EXPECT_NE(all.out.find("plain.bin: OK\n"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("\\new\\nline: OK\n"), std::string::npos) << all.out;  // escaped
+  EXPECT_EQ(all.err, "");
+  // NUL-terminated records (found by their NUL, or said with -z): the same.
+  const test::CliRun zero = sh("cd files && $ABF digest -c ../zero.txt");
+  EXPECT_EQ(zero.out, all.out) << zero.err;
+  EXPECT_EQ(zero.status, 0);
+  EXPECT_EQ(sh("cd files && $ABF digest -c -z < ../zero.txt").out, all.out);
+
+  // One file changed: FAILED, a warning with the count, exit 1.
+  std::ofstream(dir_ / "files" / "plain.bin", std::ios::binary) << "changed";
+  compare("", 1);
+  compare("--quiet", 1);
+  compare("--status", 1);
+  const test::CliRun failed = sh("cd files && $ABF digest -c ../gnu.txt");
+  EXPECT_NE(failed.out.find("plain.bin: FAILED\n"), std::string::npos) << failed.out;
+  EXPECT_NE(failed.err.find("WARNING: 1 computed checksum did NOT match"), std::string::npos)
+      << failed.err;
+  EXPECT_EQ(sh("cd files && $ABF digest -c --status ../gnu.txt").err, "");
+  // One file missing: FAILED open or read, reported, exit 1.
+  fs::remove(dir_ / "files" / "plain.bin");
+  compare("", 1);
+  const test::CliRun missing = sh("cd files && $ABF digest -c ../tag.txt");
+  EXPECT_NE(missing.out.find("plain.bin: FAILED open or read\n"), std::string::npos);
+  EXPECT_NE(missing.err.find("WARNING: 1 listed file could not be read"), std::string::npos)
+      << missing.err;
+}
+
+// -c refuses what is not a checksum line, naming it, and a list of none.
+TEST_F(Sha256sumTest, DigestCheckRefusesImproperLines) {
+  ASSERT_EQ(
+      sh("cd files && sha256sum plain.bin > ../one.txt && echo 'not a line' >> ../one.txt").status,
+      0);
+  const test::CliRun improper = sh("cd files && $ABF digest -c ../one.txt");
+  EXPECT_EQ(improper.status, 1);
+  EXPECT_EQ(improper.out, "plain.bin: OK\n");
+  EXPECT_NE(improper.err.find("../one.txt: line 2: not a SHA-256 checksum line"), std::string::npos)
+      << improper.err;
+  EXPECT_NE(improper.err.find("WARNING: 1 line is improperly formatted"), std::string::npos);
+  ASSERT_EQ(sh("printf 'hello\\n\\n' > none.txt").status, 0);
+  const test::CliRun none = sh("$ABF digest -c none.txt");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("none.txt: no properly formatted SHA-256 checksum lines found"),
+            std::string::npos)
+      << none.err;
+  EXPECT_EQ(sh("$ABF digest -c missing.txt").status, 1);
+  EXPECT_EQ(sh("$ABF digest --quiet files/plain.bin").status, 2);  // --quiet needs --check
+}
+
 }  // namespace
 }  // namespace abf

@@ -23,7 +23,10 @@ TEST(Digest, ParsesEveryAcceptedLineForm) {
   const Digest expected = test::digest_from_hex(kHex);
   for (const std::string& line : std::initializer_list<std::string>{
            kHex, upper(kHex), "sha256:" + kHex, "  " + kHex + "\t", kHex + "\r",
-           kHex + "  some file.tar", kHex + " *binary-mode name", "sha256:" + upper(kHex) + "\r"}) {
+           kHex + "  some file.tar", kHex + " *binary-mode name", "sha256:" + upper(kHex) + "\r",
+           // The prefix in any case, and `abf query`'s answer lines.
+           "SHA256:" + kHex, "Sha256:" + upper(kHex), kHex + "\tabsent", kHex + "\tmaybe\r",
+           "  " + kHex + "\tmaybe  "}) {
     const auto parsed = parse_digest_line(line, 1);
     ASSERT_TRUE(parsed.has_value()) << line << ": " << parsed.error().describe();
     EXPECT_EQ(*parsed, expected) << line;
@@ -35,7 +38,10 @@ TEST(Digest, RejectsWrongLengthNonHexAndOtherAlgorithmsWithTheLine) {
   for (const std::string& line : std::initializer_list<std::string>{
            kHex.substr(1), kHex + "0", "g" + kHex.substr(1), "sha512:" + kHex, "md5:" + kHex,
            "sha256:", kHex + " one-space-name", "hello world",
-           kHex.substr(0, 32) + " " + kHex.substr(32)}) {
+           kHex.substr(0, 32) + " " + kHex.substr(32), "SHA512:" + kHex, "sha-256:" + kHex,
+           kHex + "\tpresent", kHex + "\tmaybe absent", kHex + "\t\tmaybe", kHex + "\tMAYBE",
+           "\\" + kHex + "\tmaybe", kHex.substr(1) + "\tmaybe",
+           "g" + kHex.substr(1) + "\tabsent"}) {
     const auto parsed = parse_digest_line(line, 17);
     ASSERT_FALSE(parsed.has_value()) << line;
     EXPECT_EQ(parsed.error().code, ErrorCode::kInvalidDigest);

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -191,6 +192,16 @@ Result<Digest> parse_digest_text(std::string_view text, const Where& where) {
     // A sha256sum line: the digest, a space, then ' ' (text mode) or '*'
     // (binary mode), then the name. The name may contain anything.
     const std::string_view rest = text.substr(space);
+    // `abf query`'s own output, `<hex><TAB>absent|maybe`, reads back as its
+    // digest: answers can be asked again (of another snapshot) as they are.
+    if (space == Digest::kSize * 2 && !escaped && (rest == "\tabsent" || rest == "\tmaybe")) {
+      text = text.substr(0, space);
+      auto digest = parse_hex_digest(text);
+      if (!digest) {
+        return fail(ErrorCode::kInvalidDigest, line_prefix(where) + digest.error().message);
+      }
+      return digest;
+    }
     const bool sha256sum_form = space == Digest::kSize * 2 && rest.size() >= 3 && rest[0] == ' ' &&
                                 (rest[1] == ' ' || rest[1] == '*');
     if (!sha256sum_form) {
@@ -214,7 +225,12 @@ Result<Digest> parse_digest_text(std::string_view text, const Where& where) {
                     excerpt(text) + "')");
   } else if (const auto colon = text.find(':'); colon != std::string_view::npos) {
     const std::string_view algorithm = text.substr(0, colon);
-    if (algorithm != "sha256") {
+    // The algorithm in either case, as the hex is: "SHA256:<hex>" is what
+    // some registries and spreadsheets print.
+    const auto lower = [](char c) {
+      return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    };
+    if (!std::ranges::equal(algorithm, std::string_view("sha256"), {}, lower)) {
       return fail(ErrorCode::kInvalidDigest, line_prefix(where) + "unsupported digest algorithm '" +
                                                  excerpt(algorithm) + "' (only sha256)");
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -24,6 +25,13 @@
 namespace abf {
 
 namespace {
+
+// A rate in messages: "0.001", "1e-09" (std::to_string gives "0.000000").
+std::string rate_text(double p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", p);
+  return text;
+}
 
 // Digests per block of the partition step (one task each); a smaller batch
 // is partitioned on the calling thread. A block costs ~3 ns a digest, so
@@ -62,8 +70,7 @@ std::uint64_t ceil_sqrt(std::uint64_t q) {
 }
 
 Error fpp_error(double p) {
-  return Error{ErrorCode::kInvalidFalsePositiveRate, "target false-positive rate " +
-                                                         std::to_string(p) +
+  return Error{ErrorCode::kInvalidFalsePositiveRate, "target false-positive rate " + rate_text(p) +
                                                          " must be a finite number with 0 < p < 1"};
 }
 
@@ -239,7 +246,7 @@ Result<std::uint32_t> choose_shard_count(const BloomSpec& spec) {
     if (shard_fits(shard_expected_item_count(n, shards), p)) return shards;
   }
   return fail(ErrorCode::kFilterTooLarge, "not even 65,536 shards hold n = " + commas(n) +
-                                              " at p = " + std::to_string(p) +
+                                              " at p = " + rate_text(p) +
                                               " (each filter holds at most 2^30 bits)");
 }
 
@@ -610,8 +617,7 @@ Result<FilterSetBuilder> FilterSetBuilder::create(const BloomSpec& spec, std::ui
   }
   const BloomSpec shard_spec{per_shard, spec.target_fpp};
   if (!choose_layout(shard_spec)) {
-    return too_large("more than a filter of 2^30 bits holds at p = " +
-                     std::to_string(spec.target_fpp));
+    return too_large("more than a filter of 2^30 bits holds at p = " + rate_text(spec.target_fpp));
   }
   state->shard_capacity = per_shard;
   state->builders.reserve(shard_count);

@@ -16,6 +16,13 @@ namespace abf {
 
 namespace {
 
+// A rate in messages: "0.001", "1e-09" (std::to_string gives "0.000000").
+std::string rate_text(double p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", p);
+  return text;
+}
+
 constexpr double kMaxBits = static_cast<double>(probe::kMaxBitCount);
 
 std::uint64_t align_up_64(std::uint64_t bits) { return (bits + 63) / 64 * 64; }
@@ -82,17 +89,18 @@ Result<Layout> choose_layout(const BloomSpec& spec) {
                 "expected item count " + std::to_string(n) + " is outside 1..2^30 (1073741824)");
   }
   if (!std::isfinite(p) || p <= 0.0 || p >= 1.0) {
-    return fail(ErrorCode::kInvalidFalsePositiveRate,
-                "target false-positive rate " + std::to_string(p) +
-                    " must be a finite number with 0 < p < 1");
+    return fail(
+        ErrorCode::kInvalidFalsePositiveRate,
+        "target false-positive rate " + rate_text(p) + " must be a finite number with 0 < p < 1");
   }
   const double nd = static_cast<double>(n);
   const double ln2 = std::log(2.0);
   const double ideal = -nd * std::log(p) / (ln2 * ln2);
   if (!std::isfinite(ideal) || ideal > kMaxBits) {
     return fail(ErrorCode::kFilterTooLarge,
-                "n = " + std::to_string(n) + " at p = " + std::to_string(p) + " needs about " +
-                    std::to_string(ideal) + " bits, more than the 2^30 limit");
+                "n = " + std::to_string(n) + " at p = " + rate_text(p) + " needs about " +
+                    std::to_string(static_cast<std::uint64_t>(std::min(ideal, 1e19))) +
+                    " bits, more than the 2^30 limit");
   }
 
   std::optional<Layout> best;
@@ -114,7 +122,7 @@ Result<Layout> choose_layout(const BloomSpec& spec) {
   }
   if (!best) {
     return fail(ErrorCode::kFilterTooLarge,
-                "no layout with at most 2^30 bits and 32 probes reaches p = " + std::to_string(p) +
+                "no layout with at most 2^30 bits and 32 probes reaches p = " + rate_text(p) +
                     " for n = " + std::to_string(n));
   }
   return *best;

@@ -83,7 +83,7 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
                                      self.catalog.db, "-i", path)
             news = [bytes.fromhex(line) for line in result.stdout.decode().split()]
             self.assertEqual(sorted(news), sorted(NEVER))
-            self.assertIn(b"behind the catalog by 1 version(s) and 1000 added", result.stderr)
+            self.assertIn(b"behind the catalog by 1 version and 1,000 added digests:", result.stderr)
         finally:
             self.session.close()  # no idle keep-alive connection for the stop to wait on
             self.assertEqual(server.stop(), 0)

@@ -41,7 +41,8 @@ Result<Digest> parse_hex_digest(std::string_view hex);
 // Parses one line of text input. Accepted forms, surrounding spaces, tabs and
 // a trailing '\r' ignored:
 //   <64 hex>                   a bare digest
-//   sha256:<64 hex>            the OCI digest form
+//   sha256:<64 hex>            the OCI digest form (SHA256: or any case too)
+//   <64 hex>\t<absent|maybe>   a line of `abf query`'s output
 //   <64 hex>  <name>           a sha256sum line (also "<64 hex> *<name>")
 //   \<64 hex>  <name>          a sha256sum line whose name is escaped (GNU
 //                              coreutils writes a name holding a backslash,

@@ -4,6 +4,12 @@
 // form fit to print on one line.
 #pragma once
 
+// Every public header includes this one first: under an older standard the
+// compiler's first word is this line, not a page of std::expected errors.
+#if (defined(_MSVC_LANG) ? _MSVC_LANG : __cplusplus) < 202100L
+#error "abf needs C++23 (-std=c++23 or later): its API returns std::expected"
+#endif
+
 #include <cstdint>
 #include <expected>
 #include <string>
