@@ -338,6 +338,7 @@ void TenantStore::set_index(Index index) {
     retired_.store_lookups += counts.store_lookups;
   }
   indexed_ = std::move(next);
+  seen_head_.reset();  // the new index is checked at the next head read
 }
 
 service::IndexedLookupCounts TenantStore::lookups() const {
@@ -349,6 +350,51 @@ service::IndexedLookupCounts TenantStore::lookups() const {
     total.store_lookups += counts.store_lookups;
   }
   return total;
+}
+
+Result<service::HeadRecord> TenantStore::head_record() {
+  auto record = catalog_.head_record();
+  if (!record || !record->content) return record;
+  const std::lock_guard lock(mutex_);
+  if (indexed_ == nullptr) return record;
+  const auto same = [](const service::HeadRecord& a, const service::HeadRecord& b) {
+    return a.version == b.version && a.content == b.content;
+  };
+  if (seen_head_ && same(*seen_head_, *record)) return record;
+  // The head moved: forward over the same history, or over a rewritten one.
+  bool rewritten = false;
+  if (seen_head_ && seen_head_->content) {
+    if (record->version <= seen_head_->version) {
+      rewritten = true;
+    } else {
+      auto then = catalog_.content_at_version(seen_head_->version);
+      if (!then) return std::unexpected(then.error());
+      rewritten = !(*then == *seen_head_->content);
+    }
+  }
+  const Index& index = indexed_->index();
+  if (index.catalog_version() <= record->version) {
+    auto at_w = catalog_.content_at_version(index.catalog_version());
+    if (!at_w) return std::unexpected(at_w.error());
+    const auto fingerprint = index.content_fingerprint();
+    if (at_w->item_count != index.size() || (fingerprint && !(at_w->fingerprint == *fingerprint))) {
+      seen_head_.reset();
+      return fail(ErrorCode::kCatalogMismatch,
+                  "index of catalog version " + std::to_string(index.catalog_version()) +
+                      " no longer matches the catalog, whose history was rewritten (a backup "
+                      "restored?); rebuild the index and reload");
+    }
+  }
+  if (rewritten) {
+    // The added digests the index's store held came from the old history.
+    auto fresh = std::make_shared<service::IndexedRepository>(catalog_, index, head_cache_digests_);
+    const auto counts = indexed_->counts();
+    retired_.index_lookups += counts.index_lookups;
+    retired_.store_lookups += counts.store_lookups;
+    indexed_ = std::move(fresh);
+  }
+  seen_head_ = *record;
+  return record;
 }
 
 std::shared_ptr<service::IndexedRepository> TenantStore::current() const {

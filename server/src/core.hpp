@@ -76,6 +76,12 @@ class TenantStore final : public service::ArtifactRepository {
   Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
                                  std::span<bool> exists) override;
   Result<std::uint64_t> latest_version() override { return catalog_.latest_version(); }
+  // The catalog's, after checking the serving index against it whenever the
+  // head's record changed: an index whose version now holds other digests
+  // (the catalog's history rewritten, a backup restored) is kCatalogMismatch
+  // until a reload; a head that moved otherwise than forward over an
+  // unchanged history drops the index's held added digests.
+  Result<service::HeadRecord> head_record() override;
   Result<service::CatalogContent> content_at_version(std::uint64_t catalog_version) override {
     return catalog_.content_at_version(catalog_version);
   }
@@ -104,6 +110,8 @@ class TenantStore final : public service::ArtifactRepository {
   mutable std::mutex mutex_;  // guards indexed_ (the pointer, not what it points to) and retired_
   std::shared_ptr<service::IndexedRepository> indexed_;
   service::IndexedLookupCounts retired_;  // the replaced indexes' counts
+  // The head record last seen with an index serving (under mutex_).
+  std::optional<service::HeadRecord> seen_head_;
 };
 
 struct Tenant {

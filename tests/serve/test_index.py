@@ -188,6 +188,51 @@ class ServeWithIndex(unittest.TestCase):
         # The index still serves (version 1) at the head.
         self.assertEqual(readyz(self.session, indexed)["index"]["catalog_version"], 1)
 
+    def test_a_catalog_rewritten_under_the_index(self):
+        """A backup restored and advanced again under the server: the index
+        of version 1 holds the old history's digests, and the added digests
+        its store held are the old history's too. No digest of the new
+        history may be answered missing."""
+        import sqlite3
+        self.catalog.add(FIRST)
+        backup = os.path.join(self.dir, "backup.db")
+
+        def copy(source_path, target_path):
+            source, target = sqlite3.connect(source_path), sqlite3.connect(target_path)
+            try:
+                source.backup(target)
+            finally:
+                source.close()
+                target.close()
+
+        copy(self.catalog.db, backup)  # version 1
+        self.catalog.build()
+        build_index(self.catalog, self.index)
+        indexed = self.serve("--index", self.index)
+        x, y = SECOND[:300], SECOND[300:600]
+        self.catalog.add(x)  # version 2 = FIRST + X
+        missing, version = find_missing(self.session, indexed.url, x + NEVER[:10])
+        self.assertEqual((set(missing), version), (set(NEVER[:10]), 2))
+        copy(backup, self.catalog.db)  # back to version 1 ...
+        self.assertEqual(self.catalog.add(y), 2)  # ... and another version 2
+        items = y + x + FIRST[:200] + NEVER[:10]
+        missing, version = find_missing(self.session, indexed.url, items)
+        self.assertEqual(missing, support.Truth(self.catalog.db).missing(items, version))
+        self.assertFalse(set(missing) & set(y))
+        # Rewritten below the index's version: no answer at all (503), unready.
+        copy(backup, self.catalog.db)
+        db = sqlite3.connect(self.catalog.db)
+        with db:
+            # Version 1 now holds one digest fewer (a hand edit standing for
+            # a backup of another history): the index's own version changed.
+            db.execute("DELETE FROM artifacts WHERE digest = ?", (FIRST[0],))
+            db.execute("UPDATE versions SET item_count = item_count - 1 WHERE version = 1")
+        db.close()
+        response = self.session.post(indexed.url + "/v1/default/find-missing",
+                                     data=b"".join(FIRST[:10]), headers=OCTETS, timeout=60)
+        self.assertEqual(response.status_code, 503, response.text)
+        self.assertEqual(self.session.get(indexed.url + "/readyz", timeout=10).status_code, 503)
+
     def test_an_empty_index_answers_through_the_head(self):
         """The index of version 0 (no digest), the snapshot of version 1."""
         build_index(self.catalog, self.index, version=0)

@@ -93,6 +93,7 @@ class IndexedRepository final : public ArtifactRepository {
                                  std::span<bool> exists) override;
   // The rest is the store's.
   Result<std::uint64_t> latest_version() override { return store_.latest_version(); }
+  Result<HeadRecord> head_record() override { return store_.head_record(); }
   Result<CatalogContent> content_at_version(std::uint64_t catalog_version) override {
     return store_.content_at_version(catalog_version);
   }
