@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -604,6 +606,202 @@ TEST(ServeGrpcWire, RefusesBytesThatAreNotAMessage) {
     EXPECT_EQ(wire.error().code, "invalid_request");
     EXPECT_NE(wire.error().message.find("at byte"), std::string::npos);
   }
+}
+
+// ---------------------------------------------------------------------------
+// The request head and chunked framing.
+
+// Scans `head` in pieces of `step` bytes, as a connection delivers it.
+RequestResult<bool> scan_in_steps(RequestHeadCheck& check, std::string_view head,
+                                  std::size_t step) {
+  RequestResult<bool> done = false;
+  for (std::size_t end = std::min(step, head.size());; end = std::min(end + step, head.size())) {
+    done = check.scan(head.substr(0, end));
+    if (!done || *done || end == head.size()) return done;
+  }
+}
+
+TEST(ServeHead, CompleteHeadsInAnyPieces) {
+  const std::string body = "0123456789";
+  for (const std::string& prefix :
+       {std::string(), std::string("\r\n"), std::string("\r\n\r\n\r\n\r\n")}) {
+    const std::string head =
+        "POST /v1/t/find-missing?x=%20 HTTP/1.1\r\nHost: a\r\n"
+        "Content-Length:  10 \r\nX-Tab: a\tb\xe9\r\nX-Empty:\r\n\r\n";
+    const std::string bytes = prefix + head + body;
+    for (std::size_t step = 1; step <= bytes.size(); ++step) {
+      RequestHeadCheck check;
+      auto done = scan_in_steps(check, bytes, step);
+      ASSERT_TRUE(done) << step << ": " << done.error().message;
+      ASSERT_TRUE(*done) << step;
+      EXPECT_EQ(check.skipped(), prefix.size());
+      EXPECT_EQ(check.end(), prefix.size() + head.size()) << step;
+    }
+  }
+  RequestHeadCheck check;
+  auto partial = check.scan("GET / HTTP/1.1\r\nHost: a\r\n");
+  ASSERT_TRUE(partial);
+  EXPECT_FALSE(*partial);
+}
+
+TEST(ServeHead, RefusesWhatCouldBeReadTwoWays) {
+  const std::string get = "GET / HTTP/1.1\r\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {get + "Content-Length: 5\r\nContent-Length: 9\r\n\r\n",
+       "line 3: Content-Length appears more"},
+      {get + "Content-Length: 5\r\ncontent-length: 5\r\n\r\n", "Content-Length appears more"},
+      {get + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", "together with"},
+      {get + "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", "together with"},
+      {get + "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", "more than once"},
+      {get + "Content-Length: +5\r\n\r\n", "not a decimal number"},
+      {get + "Content-Length: 0x5\r\n\r\n", "not a decimal number"},
+      {get + "Content-Length: 5, 5\r\n\r\n", "not a decimal number"},
+      {get + "Content-Length: \r\n\r\n", "not a decimal number"},
+      {get + "X: a" + std::string(1, '\0') + "b\r\n\r\n",
+       "control character 0x00 in the value of X"},
+      {get + "X: a\x7f\r\n\r\n", "control character 0x7f"},
+      {get + "X: a\x1b[0m\r\n\r\n", "control character 0x1b"},
+      {get + "X: a\rb\r\n\r\n", "a CR not followed by LF"},
+      {get + "X : a\r\n\r\n", "not a token"},
+      {get + "X\x01: a\r\n\r\n", "not a token"},
+      {get + ": a\r\n\r\n", "not a token"},
+      {get + "no colon\r\n\r\n", "without ':'"},
+      {get + "X: a\r\n b\r\n\r\n", "line 3: a field line folded"},
+      {get + "X: a\n\r\n", "bare LF"},
+      {"GET / HTTP/1.1\n\n", "line 1: a line ends in a bare LF"},
+      {"\n", "bare LF"},
+      {"\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\n\r\n", "line 5: more than 4 empty lines"},
+      {"GET / HTTP/1.1 \r\n\r\n", "not `method SP target SP version`"},
+      {"GET  / HTTP/1.1\r\n\r\n", "not `method SP target SP version`"},
+      {"GET /\r\n\r\n", "not `method SP target SP version`"},
+      {"garbage\r\n\r\n", "not `method SP target SP version`"},
+      {"G\xc3\x89T / HTTP/1.1\r\n\r\n", "the method is not a token"},
+      {"GET /\xc3\xa9 HTTP/1.1\r\n\r\n", "not visible ASCII"},
+      {"GET /\x7f HTTP/1.1\r\n\r\n", "not visible ASCII"},
+      {"GET / HTTP/1.10\r\n\r\n", "HTTP/<digit>.<digit>"},
+      {"GET / HTTPS/1.1\r\n\r\n", "HTTP/<digit>.<digit>"},
+      {"GET / HTTP/a.1\r\n\r\n", "HTTP/<digit>.<digit>"},
+  };
+  for (const auto& [head, why] : cases) {
+    for (const std::size_t step : {std::size_t{1}, std::size_t{7}, head.size()}) {
+      RequestHeadCheck check;
+      auto done = scan_in_steps(check, head, step);
+      ASSERT_FALSE(done) << head;
+      EXPECT_EQ(done.error().status, 400);
+      EXPECT_EQ(done.error().code, "bad_request");
+      EXPECT_NE(done.error().message.find(why), std::string::npos)
+          << head << " -> " << done.error().message;
+    }
+  }
+}
+
+// A chunked encoding of `body` in random chunks, with random extensions and
+// trailers.
+std::string chunk_encode(std::string_view body, std::mt19937_64& random) {
+  std::string out;
+  while (!body.empty()) {
+    const std::size_t n = std::min<std::size_t>(body.size(), 1 + random() % 300);
+    char size[32];
+    std::snprintf(size, sizeof size, random() % 2 ? "%zx" : "%zX", n);
+    out += std::string(random() % 4 == 0 ? "000" : "") + size;
+    if (random() % 4 == 0) out += random() % 2 ? ";name=value" : " \t;x";
+    out += "\r\n";
+    out.append(body.substr(0, n));
+    out += "\r\n";
+    body.remove_prefix(n);
+  }
+  out += "0\r\n";
+  for (std::size_t i = random() % 3; i > 0; --i)
+    out += "X-Trailer-" + std::to_string(i) + ": v\r\n";
+  return out + "\r\n";
+}
+
+TEST(ServeChunked, DecodesRandomEncodingsInRandomPieces) {
+  std::mt19937_64 random(23);
+  const std::string next = "GET /healthz HTTP/1.1\r\n\r\n";  // pipelined: never consumed
+  for (int round = 0; round < 300; ++round) {
+    std::string body(random() % 2000, '\0');
+    for (char& c : body) c = static_cast<char>(random());
+    const std::string encoded = chunk_encode(body, random);
+    const std::string bytes = encoded + next;
+    ChunkedDecoder decoder(body.size(), 1000);
+    std::string decoded;
+    std::size_t at = 0;
+    while (!decoder.done()) {
+      ASSERT_LT(at, bytes.size());
+      const std::size_t piece = std::min<std::size_t>(bytes.size() - at, 1 + random() % 64);
+      auto used = decoder.feed(std::string_view(bytes).substr(at, piece), decoded);
+      ASSERT_TRUE(used) << used.error().message;
+      ASSERT_LE(*used, piece);
+      if (*used < piece) {
+        ASSERT_TRUE(decoder.done());
+      }
+      at += *used;
+    }
+    EXPECT_EQ(at, encoded.size()) << round;
+    EXPECT_EQ(decoded, body) << round;
+  }
+}
+
+TEST(ServeChunked, RefusesMalformedFramingAtOnce) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"-5\r\n", "not hexadecimal"},
+      {"0x10\r\n", "not hexadecimal"},
+      {"+10\r\n", "not hexadecimal"},
+      {"\r\n", "not hexadecimal"},
+      {" 1\r\n", "not hexadecimal"},
+      {"1 x\r\n", "not hexadecimal"},
+      {"1;a\x01\r\n", "control character 0x01"},
+      {"1\n", "bare LF"},
+      {"1\r\nab", "chunk data not followed by CRLF"},
+      {"1\r\na\n", "chunk data not followed by CRLF"},
+      {"0\r\nno colon\r\n", "trailer line"},
+      {"0\r\nX: a\n", "bare LF"},
+      {"1" + std::string(5000, '0'), "longer than 4096"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    ChunkedDecoder decoder(100, 100);
+    std::string body;
+    auto used = decoder.feed(bytes, body);
+    ASSERT_FALSE(used) << bytes;
+    EXPECT_EQ(used.error().status, 400) << bytes;
+    EXPECT_EQ(used.error().code, "invalid_chunked_body");
+    EXPECT_NE(used.error().message.find(why), std::string::npos)
+        << bytes << " -> " << used.error().message;
+    EXPECT_NE(used.error().message.find("at byte"), std::string::npos);
+  }
+}
+
+TEST(ServeChunked, LimitsTheBodyAndTheTrailers) {
+  std::string body;
+  ChunkedDecoder big(100, 100);
+  auto used = big.feed("65\r\n", body);  // 101 bytes announced
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().code, "body_too_large");
+  ChunkedDecoder huge(100, 100);
+  used = huge.feed("10000000000000000\r\n", body);  // 2^64: 17 digits
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().code, "body_too_large");
+  ChunkedDecoder zeros(100, 100);
+  ASSERT_TRUE(zeros.feed("00000000000000000000001\r\na\r\n", body));  // leading zeros
+  EXPECT_EQ(body, "a");
+  body.clear();
+  ChunkedDecoder pieces(100, 100);
+  ASSERT_TRUE(pieces.feed("64\r\n" + std::string(100, 'a') + "\r\n", body));
+  used = pieces.feed("1\r\n", body);
+  ASSERT_TRUE(used);  // the size alone fits; its byte does not
+  used = pieces.feed("a", body);
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().code, "body_too_large");
+  ChunkedDecoder trailers(100, 20);
+  body.clear();
+  used = trailers.feed("0\r\nX: " + std::string(30, 'v') + "\r\n\r\n", body);
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().status, 431);
+  ChunkedDecoder fits(100, 20);
+  used = fits.feed("0\r\nX: vvvv\r\n\r\n", body);
+  ASSERT_TRUE(used);
+  EXPECT_TRUE(fits.done());
 }
 
 }  // namespace
