@@ -299,6 +299,29 @@ TEST(ServeConfig, NamesEveryMistake) {
             std::string::npos);
 }
 
+// Issue 23 F9: a repeated key was taken last-wins, silently.
+TEST(ServeConfig, RepeatedKeysAreRefusedByName) {
+  const auto error = [](const std::string& text) {
+    auto config = parse_server_config(text, "s.json", "");
+    return config ? std::string() : config.error().message;
+  };
+  const std::string tenant = R"({"name": "a", "snapshot": "a.abf", "db": "a.db"})";
+  const std::string tenants = R"("tenants": [)" + tenant + "]";
+  ASSERT_EQ(error("{" + tenants + "}"), "");
+  EXPECT_EQ(error(R"({"listen": "127.0.0.1:1", )" + tenants + R"(, "listen": "127.0.0.1:2"})"),
+            "s.json: key \"listen\" given twice");
+  EXPECT_EQ(error("{" + tenants + ", " + tenants + "}"), "s.json: key \"tenants\" given twice");
+  EXPECT_EQ(error("{" + tenants + R"(, "limits": {"max_body_bytes": 5, "max_body_bytes": 6}})"),
+            "s.json: key \"max_body_bytes\" given twice in \"limits\"");
+  EXPECT_EQ(error(R"({"tenants": [)" + tenant +
+                  R"(, {"name": "b", "snapshot": "b", "db": "b", "db": "c"}]})"),
+            "s.json: key \"db\" given twice in \"tenants\"");
+  // The same key in two objects is no repeat.
+  EXPECT_EQ(error(R"({"tenants": [)" + tenant + R"(, {"name": "b", "snapshot": "b", "db": "b"}],)"
+                  R"( "limits": {"max_body_bytes": 5}, "rate_limit": {}})"),
+            "");
+}
+
 // The same finding as ServeBody.JsonNumberOutOfRangeIsInvalidJson, in a
 // configuration file: an error naming the file, not std::terminate.
 TEST(ServeConfig, NumberOutOfRangeIsAnError) {
