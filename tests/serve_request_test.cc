@@ -536,8 +536,7 @@ TEST(ServeGrpcWire, ReadsFieldsAsProtobufDoes) {
       length_field(1, "not-a-digest") + field(7, 0) + varint(99) + digest_message(two.hex(), 20);
   const std::string request = field(3, 0) + varint(1) + length_field(2, first) +
                               field(9, 5) + std::string(4, 'x') +  // an unknown fixed32
-                              length_field(1, "tenant") + length_field(2, second) +
-                              field(2, 0) + varint(5);  // field 2 as a varint: unknown, skipped
+                              length_field(1, "tenant") + length_field(2, second);
   auto wire = parse_find_missing_blobs(bytes_of(request), 100);
   ASSERT_TRUE(wire) << wire.error().message;
   EXPECT_EQ(wire->instance_name, "tenant");
@@ -613,6 +612,36 @@ TEST(ServeGrpcWire, DecodesHexAsParseHexDigestDoes) {
       }
     }
   }
+}
+
+// Issue 23 F8: a digest sent as a varint was skipped, and the answer OK
+// without it; protobuf refuses field number 0.
+TEST(ServeGrpcWire, RefusesFieldZeroAndOurFieldsWithAnotherWireType) {
+  const std::string digest = digest_message(sha256("one").hex(), 10);
+  const std::pair<std::string, std::string> cases[] = {
+      {length_field(2, digest) + field(2, 0) + varint(5),
+       "field 2 (blob_digests) with wire type 0, not 2 at byte 70"},
+      {field(1, 0) + varint(1), "field 1 (instance_name) with wire type 0, not 2 at byte 0"},
+      {field(3, 2) + varint(0), "field 3 (digest_function) with wire type 2, not 0"},
+      {field(0, 0) + varint(1), "field number 0 at byte 0"},
+      {field(0, 2) + varint(0), "field number 0"},
+      {length_field(2, field(1, 0) + varint(3)), "field 1 (hash) with wire type 0, not 2 at byte 2"},
+      {length_field(2, length_field(1, "ab") + field(2, 2) + varint(0)),
+       "field 2 (size_bytes) with wire type 2, not 0"},
+      {length_field(2, field(0, 0) + varint(0)), "field number 0 at byte 2"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    auto wire = parse_find_missing_blobs(bytes_of(bytes), 100);
+    ASSERT_FALSE(wire) << why;
+    EXPECT_EQ(wire.error().status, 400);
+    EXPECT_EQ(wire.error().code, "invalid_request");
+    EXPECT_NE(wire.error().message.find(why), std::string::npos) << wire.error().message;
+  }
+  // Fields of other numbers, of any wire type, are still skipped.
+  auto wire = parse_find_missing_blobs(
+      bytes_of(field(4, 2) + varint(0) + field(9, 0) + varint(1) + length_field(2, digest)), 100);
+  ASSERT_TRUE(wire) << wire.error().message;
+  EXPECT_EQ(wire->digests.size(), 1u);
 }
 
 TEST(ServeGrpcWire, RefusesBytesThatAreNotAMessage) {
