@@ -424,6 +424,22 @@ TEST(ServeTokens, FileReadableByOthersIsRefused) {
   EXPECT_EQ(read_token_file(dir.path() / "none").error().code, ErrorCode::kIo);
 }
 
+// Issue 23 F10: an empty token file was accepted, and every request 401.
+TEST(ServeTokens, FileWithoutTokensIsRefused) {
+  test::TempDir dir("abf-serve-tokens");
+  const auto path = dir.path() / "tokens";
+  for (const char* text : {"", "\n", "# a comment\n\n   \n"}) {
+    std::ofstream(path, std::ios::trunc) << text;
+    ::chmod(path.c_str(), 0600);
+    const auto refused = read_token_file(path);
+    ASSERT_FALSE(refused) << text;
+    EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.error().message.find(path.string() + ": the token file has no tokens"),
+              std::string::npos)
+        << refused.error().message;
+  }
+}
+
 TEST(ServeTokens, OperationsScopes) {
   const std::string text =
       "token-aaaaaaaaaaaaaaaa a\n"

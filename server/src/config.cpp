@@ -443,7 +443,14 @@ Result<std::vector<TokenEntry>> read_token_file(const std::filesystem::path& pat
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return fail(ErrorCode::kIo, where + ": read error");
-  return parse_token_file(text.str(), where);
+  auto entries = parse_token_file(text.str(), where);
+  // An empty file would make every request 401, silently.
+  if (entries && entries->empty()) {
+    return invalid(where +
+                   ": the token file has no tokens (every request would be refused 401); "
+                   "add a line `<token> <scope>`");
+  }
+  return entries;
 }
 
 const TokenEntry* find_token(std::span<const TokenEntry> entries, std::string_view token) noexcept {

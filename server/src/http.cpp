@@ -1157,13 +1157,33 @@ Result<void> HttpFront::bind(const ListenAddress& address) {
   }
   impl_->listener = fd;
   // A descriptor per connection: the soft limit (1024 under systemd by
-  // default) is raised toward the hard one to fit max_connections, so the
-  // cap, not EMFILE, is what a flood meets.
+  // default) is raised to the hard one, so the cap, not EMFILE, is what a
+  // flood meets. A limit still below max_connections + 256 (the listeners,
+  // snapshots, the catalog, gRPC) is warned about: past it, new
+  // connections wait in the listen queue unanswered.
   if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
     const rlim_t wanted = static_cast<rlim_t>(config.max_connections) + 256;
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < files.rlim_max) {
+      rlimit raised = files;
+      raised.rlim_cur = files.rlim_max;
+      // An infinite hard limit is more than the kernel's nr_open allows.
+      if (::setrlimit(RLIMIT_NOFILE, &raised) != 0 && wanted > files.rlim_cur) {
+        raised.rlim_cur = wanted;
+        ::setrlimit(RLIMIT_NOFILE, &raised);
+      }
+      ::getrlimit(RLIMIT_NOFILE, &files);
+    }
     if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < wanted) {
-      files.rlim_cur = files.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, files.rlim_max);
-      ::setrlimit(RLIMIT_NOFILE, &files);
+      impl_->core.logger().log(
+          LogLevel::kWarn,
+          {{"event", "file_limit"},
+           {"limit", static_cast<std::uint64_t>(files.rlim_cur)},
+           {"max_connections", config.max_connections},
+           {"message", "WARNING: RLIMIT_NOFILE is " + std::to_string(files.rlim_cur) +
+                           " (the hard limit), below max_connections (" +
+                           std::to_string(config.max_connections) +
+                           ") + 256: connections past the limit wait unanswered; raise it "
+                           "(ulimit -Hn, systemd LimitNOFILE=) or lower max_connections"}});
     }
   }
   sockaddr_storage bound{};

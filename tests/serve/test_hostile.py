@@ -518,6 +518,42 @@ class OperatorHabits(Fixture):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_an_empty_token_file_is_refused_at_start(self):
+        empty = support.write_private(os.path.join(self.dir, "empty-tokens"), "# none yet\n")
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--token-file", empty, expect_failure=True)
+        self.assertEqual(server.returncode, 1)
+        self.assertIn(empty + ": the token file has no tokens", server.log_text())
+        server.stop()
+
+    def test_a_file_limit_below_max_connections_is_warned_about(self):
+        import resource
+
+        def low_hard_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                preexec_fn=low_hard_limit)
+        self.assertEqual(server.stop(), 0)
+        warnings = [json.loads(line) for line in server.last_log.splitlines()
+                    if "file_limit" in line]
+        self.assertEqual(len(warnings), 1, server.last_log)
+        self.assertEqual(warnings[0]["limit"], 64)
+        self.assertEqual(warnings[0]["max_connections"], 1024)
+        self.assertIn("WARNING: RLIMIT_NOFILE is 64", warnings[0]["message"])
+
+        # A soft limit below a hard one that fits is raised, silently.
+        def low_soft_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 4096))
+
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                preexec_fn=low_soft_limit)
+        with open("/proc/%d/limits" % server.process.pid) as limits:
+            line = [l for l in limits if l.startswith("Max open files")][0]
+        self.assertEqual(server.stop(), 0)
+        self.assertEqual(line.split()[3:5], ["4096", "4096"], line)
+        self.assertNotIn("file_limit", server.last_log)
+
     def test_non_loopback_without_tokens_warns(self):
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
                                 "--listen", "0.0.0.0:0", listen=False)
