@@ -1112,7 +1112,9 @@ Result<void> HttpFront::bind(const ListenAddress& address) {
           message = "request headers exceed " +
                     std::to_string(impl->core.config().max_header_bytes) + " bytes";
         }
-        if (status == 408 || status == 431) {
+        // 400 and 414 here are requests httplib could not parse: what
+        // follows them is not read as a request either.
+        if (status == 400 || status == 408 || status == 414 || status == 431) {
           res.set_header("Connection", "close");
           t_exchange.close = true;
         }

@@ -545,14 +545,22 @@ RequestResult<bool> RequestHeadCheck::scan(std::string_view bytes) {
       const std::string_view target = line.substr(first + 1, second - first - 1);
       const std::string_view version = line.substr(second + 1);
       if (!is_token(method)) return bad_head(line_, "the method is not a token");
+      // The methods the HTTP parser knows: another would be refused after
+      // its request line alone, leaving its header lines unread.
+      static constexpr std::string_view kMethods[] = {
+          "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+      if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) {
+        return bad_head(line_,
+                        "the method is not one of GET, HEAD, POST, PUT, DELETE, CONNECT, "
+                        "OPTIONS, TRACE, PATCH (case matters)");
+      }
       if (target.empty() || !std::all_of(target.begin(), target.end(), [](char c) {
             return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
           })) {
         return bad_head(line_, "the request target is empty or not visible ASCII");
       }
-      if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' ||
-          version[5] < '0' || version[5] > '9' || version[7] < '0' || version[7] > '9') {
-        return bad_head(line_, "the HTTP version is not HTTP/<digit>.<digit>");
+      if (version != "HTTP/1.1" && version != "HTTP/1.0") {
+        return bad_head(line_, "the HTTP version is not HTTP/1.1 or HTTP/1.0");
       }
       request_line_ = true;
       continue;

@@ -689,7 +689,9 @@ class RequestFraming(Fixture):
                           (b"GET /healthz HTTP/1.1 x", "not `method SP target SP version`"),
                           (b"GET /h\xc3\xa9 HTTP/1.1", "not visible ASCII"),
                           (b"GET /healthz HTTP/11", "HTTP version"),
-                          (b"GET /healthz http/1.1", "HTTP version")):
+                          (b"GET /healthz HTTP/1.2", "HTTP version"),
+                          (b"GET /healthz http/1.1", "HTTP version"),
+                          (b"get /healthz HTTP/1.1", "the method is not one of")):
             self.assert_refused(line + b"\r\n" + b"garbage\r\n" * 5 + valid, why)
 
     def test_bare_lf_line_ends_are_refused(self):

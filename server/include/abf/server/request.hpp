@@ -150,8 +150,9 @@ RequestResult<Digest> parse_grpc_digest(std::string_view hash, std::int64_t size
 // Lines end in CRLF (a bare LF is refused: RFC 9112 section 2.2 allows
 // either). Up to kMaxLeadingEmptyLines empty lines before the request line
 // are skipped. 400 "bad_request", naming the line, for: a request line that
-// is not `method SP target SP HTTP/d.d` (a token, visible ASCII, the
-// version); a field name that is not a token or is followed by whitespace;
+// is not `method SP target SP version` (GET, HEAD, POST, PUT, DELETE,
+// CONNECT, OPTIONS, TRACE or PATCH; visible ASCII; HTTP/1.1 or HTTP/1.0);
+// a field name that is not a token or is followed by whitespace;
 // a line folded onto the previous one; a control character other than HTAB
 // in a field value; a CR not before LF; a Content-Length that is not
 // 1*DIGIT, or appears twice (even with the same value); Transfer-Encoding
