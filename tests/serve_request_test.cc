@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -310,6 +312,29 @@ TEST(ServeConfig, NamesEveryMistake) {
             std::string::npos);
 }
 
+// Issue 23 F9: a repeated key was taken last-wins, silently.
+TEST(ServeConfig, RepeatedKeysAreRefusedByName) {
+  const auto error = [](const std::string& text) {
+    auto config = parse_server_config(text, "s.json", "");
+    return config ? std::string() : config.error().message;
+  };
+  const std::string tenant = R"({"name": "a", "snapshot": "a.abf", "db": "a.db"})";
+  const std::string tenants = R"("tenants": [)" + tenant + "]";
+  ASSERT_EQ(error("{" + tenants + "}"), "");
+  EXPECT_EQ(error(R"({"listen": "127.0.0.1:1", )" + tenants + R"(, "listen": "127.0.0.1:2"})"),
+            "s.json: key \"listen\" given twice");
+  EXPECT_EQ(error("{" + tenants + ", " + tenants + "}"), "s.json: key \"tenants\" given twice");
+  EXPECT_EQ(error("{" + tenants + R"(, "limits": {"max_body_bytes": 5, "max_body_bytes": 6}})"),
+            "s.json: key \"max_body_bytes\" given twice in \"limits\"");
+  EXPECT_EQ(error(R"({"tenants": [)" + tenant +
+                  R"(, {"name": "b", "snapshot": "b", "db": "b", "db": "c"}]})"),
+            "s.json: key \"db\" given twice in \"tenants\"");
+  // The same key in two objects is no repeat.
+  EXPECT_EQ(error(R"({"tenants": [)" + tenant + R"(, {"name": "b", "snapshot": "b", "db": "b"}],)"
+                  R"( "limits": {"max_body_bytes": 5}, "rate_limit": {}})"),
+            "");
+}
+
 // The same finding as ServeBody.JsonNumberOutOfRangeIsInvalidJson, in a
 // configuration file: an error naming the file, not std::terminate.
 TEST(ServeConfig, NumberOutOfRangeIsAnError) {
@@ -410,6 +435,22 @@ TEST(ServeTokens, FileReadableByOthersIsRefused) {
   EXPECT_EQ(refused.error().code, ErrorCode::kInvalidKey);
   EXPECT_NE(refused.error().message.find("mode 640"), std::string::npos);
   EXPECT_EQ(read_token_file(dir.path() / "none").error().code, ErrorCode::kIo);
+}
+
+// Issue 23 F10: an empty token file was accepted, and every request 401.
+TEST(ServeTokens, FileWithoutTokensIsRefused) {
+  test::TempDir dir("abf-serve-tokens");
+  const auto path = dir.path() / "tokens";
+  for (const char* text : {"", "\n", "# a comment\n\n   \n"}) {
+    std::ofstream(path, std::ios::trunc) << text;
+    ::chmod(path.c_str(), 0600);
+    const auto refused = read_token_file(path);
+    ASSERT_FALSE(refused) << text;
+    EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.error().message.find(path.string() + ": the token file has no tokens"),
+              std::string::npos)
+        << refused.error().message;
+  }
 }
 
 TEST(ServeTokens, OperationsScopes) {
@@ -524,8 +565,7 @@ TEST(ServeGrpcWire, ReadsFieldsAsProtobufDoes) {
       length_field(1, "not-a-digest") + field(7, 0) + varint(99) + digest_message(two.hex(), 20);
   const std::string request = field(3, 0) + varint(1) + length_field(2, first) +
                               field(9, 5) + std::string(4, 'x') +  // an unknown fixed32
-                              length_field(1, "tenant") + length_field(2, second) +
-                              field(2, 0) + varint(5);  // field 2 as a varint: unknown, skipped
+                              length_field(1, "tenant") + length_field(2, second);
   auto wire = parse_find_missing_blobs(bytes_of(request), 100);
   ASSERT_TRUE(wire) << wire.error().message;
   EXPECT_EQ(wire->instance_name, "tenant");
@@ -603,6 +643,36 @@ TEST(ServeGrpcWire, DecodesHexAsParseHexDigestDoes) {
   }
 }
 
+// Issue 23 F8: a digest sent as a varint was skipped, and the answer OK
+// without it; protobuf refuses field number 0.
+TEST(ServeGrpcWire, RefusesFieldZeroAndOurFieldsWithAnotherWireType) {
+  const std::string digest = digest_message(sha256("one").hex(), 10);
+  const std::pair<std::string, std::string> cases[] = {
+      {length_field(2, digest) + field(2, 0) + varint(5),
+       "field 2 (blob_digests) with wire type 0, not 2 at byte 70"},
+      {field(1, 0) + varint(1), "field 1 (instance_name) with wire type 0, not 2 at byte 0"},
+      {field(3, 2) + varint(0), "field 3 (digest_function) with wire type 2, not 0"},
+      {field(0, 0) + varint(1), "field number 0 at byte 0"},
+      {field(0, 2) + varint(0), "field number 0"},
+      {length_field(2, field(1, 0) + varint(3)), "field 1 (hash) with wire type 0, not 2 at byte 2"},
+      {length_field(2, length_field(1, "ab") + field(2, 2) + varint(0)),
+       "field 2 (size_bytes) with wire type 2, not 0"},
+      {length_field(2, field(0, 0) + varint(0)), "field number 0 at byte 2"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    auto wire = parse_find_missing_blobs(bytes_of(bytes), 100);
+    ASSERT_FALSE(wire) << why;
+    EXPECT_EQ(wire.error().status, 400);
+    EXPECT_EQ(wire.error().code, "invalid_request");
+    EXPECT_NE(wire.error().message.find(why), std::string::npos) << wire.error().message;
+  }
+  // Fields of other numbers, of any wire type, are still skipped.
+  auto wire = parse_find_missing_blobs(
+      bytes_of(field(4, 2) + varint(0) + field(9, 0) + varint(1) + length_field(2, digest)), 100);
+  ASSERT_TRUE(wire) << wire.error().message;
+  EXPECT_EQ(wire->digests.size(), 1u);
+}
+
 TEST(ServeGrpcWire, RefusesBytesThatAreNotAMessage) {
   const std::string name = length_field(1, "tenant");
   for (const std::string& bad :
@@ -617,6 +687,205 @@ TEST(ServeGrpcWire, RefusesBytesThatAreNotAMessage) {
     EXPECT_EQ(wire.error().code, "invalid_request");
     EXPECT_NE(wire.error().message.find("at byte"), std::string::npos);
   }
+}
+
+// ---------------------------------------------------------------------------
+// The request head and chunked framing.
+
+// Scans `head` in pieces of `step` bytes, as a connection delivers it.
+RequestResult<bool> scan_in_steps(RequestHeadCheck& check, std::string_view head,
+                                  std::size_t step) {
+  RequestResult<bool> done = false;
+  for (std::size_t end = std::min(step, head.size());; end = std::min(end + step, head.size())) {
+    done = check.scan(head.substr(0, end));
+    if (!done || *done || end == head.size()) return done;
+  }
+}
+
+TEST(ServeHead, CompleteHeadsInAnyPieces) {
+  const std::string body = "0123456789";
+  for (const std::string& prefix :
+       {std::string(), std::string("\r\n"), std::string("\r\n\r\n\r\n\r\n")}) {
+    const std::string head =
+        "POST /v1/t/find-missing?x=%20 HTTP/1.1\r\nHost: a\r\n"
+        "Content-Length:  10 \r\nX-Tab: a\tb\xe9\r\nX-Empty:\r\n\r\n";
+    const std::string bytes = prefix + head + body;
+    for (std::size_t step = 1; step <= bytes.size(); ++step) {
+      RequestHeadCheck check;
+      auto done = scan_in_steps(check, bytes, step);
+      ASSERT_TRUE(done) << step << ": " << done.error().message;
+      ASSERT_TRUE(*done) << step;
+      EXPECT_EQ(check.skipped(), prefix.size());
+      EXPECT_EQ(check.end(), prefix.size() + head.size()) << step;
+    }
+  }
+  RequestHeadCheck check;
+  auto partial = check.scan("GET / HTTP/1.1\r\nHost: a\r\n");
+  ASSERT_TRUE(partial);
+  EXPECT_FALSE(*partial);
+}
+
+TEST(ServeHead, RefusesWhatCouldBeReadTwoWays) {
+  const std::string get = "GET / HTTP/1.1\r\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {get + "Content-Length: 5\r\nContent-Length: 9\r\n\r\n",
+       "line 3: Content-Length appears more"},
+      {get + "Content-Length: 5\r\ncontent-length: 5\r\n\r\n", "Content-Length appears more"},
+      {get + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", "together with"},
+      {get + "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", "together with"},
+      {get + "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", "more than once"},
+      {get + "Content-Length: +5\r\n\r\n", "not a decimal number"},
+      {get + "Content-Length: 0x5\r\n\r\n", "not a decimal number"},
+      {get + "Content-Length: 5, 5\r\n\r\n", "not a decimal number"},
+      {get + "Content-Length: \r\n\r\n", "not a decimal number"},
+      {get + "X: a" + std::string(1, '\0') + "b\r\n\r\n",
+       "control character 0x00 in the value of X"},
+      {get + "X: a\x7f\r\n\r\n", "control character 0x7f"},
+      {get + "X: a\x1b[0m\r\n\r\n", "control character 0x1b"},
+      {get + "X: a\rb\r\n\r\n", "a CR not followed by LF"},
+      {get + "X : a\r\n\r\n", "not a token"},
+      {get + "X\x01: a\r\n\r\n", "not a token"},
+      {get + ": a\r\n\r\n", "not a token"},
+      {get + "no colon\r\n\r\n", "without ':'"},
+      {get + "X: a\r\n b\r\n\r\n", "line 3: a field line folded"},
+      {get + "X: a\n\r\n", "bare LF"},
+      {"GET / HTTP/1.1\n\n", "line 1: a line ends in a bare LF"},
+      {"\n", "bare LF"},
+      {"\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\n\r\n", "line 5: more than 4 empty lines"},
+      {"GET / HTTP/1.1 \r\n\r\n", "not `method SP target SP version`"},
+      {"GET  / HTTP/1.1\r\n\r\n", "not `method SP target SP version`"},
+      {"GET /\r\n\r\n", "not `method SP target SP version`"},
+      {"garbage\r\n\r\n", "not `method SP target SP version`"},
+      {"G\xc3\x89T / HTTP/1.1\r\n\r\n", "the method is not a token"},
+      {"GET /\xc3\xa9 HTTP/1.1\r\n\r\n", "not visible ASCII"},
+      {"GET /\x7f HTTP/1.1\r\n\r\n", "not visible ASCII"},
+      {"GET / HTTP/1.10\r\n\r\n", "not HTTP/1.1 or HTTP/1.0"},
+      {"GET / HTTPS/1.1\r\n\r\n", "not HTTP/1.1 or HTTP/1.0"},
+      {"GET / HTTP/1.2\r\n\r\n", "not HTTP/1.1 or HTTP/1.0"},
+      {"GET / HTTP/2.0\r\n\r\n", "not HTTP/1.1 or HTTP/1.0"},
+      {"get / HTTP/1.1\r\n\r\n", "the method is not one of"},
+      {"BREW / HTTP/1.1\r\n\r\n", "the method is not one of"},
+  };
+  for (const auto& [head, why] : cases) {
+    for (const std::size_t step : {std::size_t{1}, std::size_t{7}, head.size()}) {
+      RequestHeadCheck check;
+      auto done = scan_in_steps(check, head, step);
+      ASSERT_FALSE(done) << head;
+      EXPECT_EQ(done.error().status, 400);
+      EXPECT_EQ(done.error().code, "bad_request");
+      EXPECT_NE(done.error().message.find(why), std::string::npos)
+          << head << " -> " << done.error().message;
+    }
+  }
+}
+
+// A chunked encoding of `body` in random chunks, with random extensions and
+// trailers.
+std::string chunk_encode(std::string_view body, std::mt19937_64& random) {
+  std::string out;
+  while (!body.empty()) {
+    const std::size_t n = std::min<std::size_t>(body.size(), 1 + random() % 300);
+    char size[32];
+    std::snprintf(size, sizeof size, random() % 2 ? "%zx" : "%zX", n);
+    out += std::string(random() % 4 == 0 ? "000" : "") + size;
+    if (random() % 4 == 0) out += random() % 2 ? ";name=value" : " \t;x";
+    out += "\r\n";
+    out.append(body.substr(0, n));
+    out += "\r\n";
+    body.remove_prefix(n);
+  }
+  out += "0\r\n";
+  for (std::size_t i = random() % 3; i > 0; --i)
+    out += "X-Trailer-" + std::to_string(i) + ": v\r\n";
+  return out + "\r\n";
+}
+
+TEST(ServeChunked, DecodesRandomEncodingsInRandomPieces) {
+  std::mt19937_64 random(23);
+  const std::string next = "GET /healthz HTTP/1.1\r\n\r\n";  // pipelined: never consumed
+  for (int round = 0; round < 300; ++round) {
+    std::string body(random() % 2000, '\0');
+    for (char& c : body) c = static_cast<char>(random());
+    const std::string encoded = chunk_encode(body, random);
+    const std::string bytes = encoded + next;
+    ChunkedDecoder decoder(body.size(), 1000);
+    std::string decoded;
+    std::size_t at = 0;
+    while (!decoder.done()) {
+      ASSERT_LT(at, bytes.size());
+      const std::size_t piece = std::min<std::size_t>(bytes.size() - at, 1 + random() % 64);
+      auto used = decoder.feed(std::string_view(bytes).substr(at, piece), decoded);
+      ASSERT_TRUE(used) << used.error().message;
+      ASSERT_LE(*used, piece);
+      if (*used < piece) {
+        ASSERT_TRUE(decoder.done());
+      }
+      at += *used;
+    }
+    EXPECT_EQ(at, encoded.size()) << round;
+    EXPECT_EQ(decoded, body) << round;
+  }
+}
+
+TEST(ServeChunked, RefusesMalformedFramingAtOnce) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"-5\r\n", "not hexadecimal"},
+      {"0x10\r\n", "not hexadecimal"},
+      {"+10\r\n", "not hexadecimal"},
+      {"\r\n", "not hexadecimal"},
+      {" 1\r\n", "not hexadecimal"},
+      {"1 x\r\n", "not hexadecimal"},
+      {"1;a\x01\r\n", "control character 0x01"},
+      {"1\n", "bare LF"},
+      {"1\r\nab", "chunk data not followed by CRLF"},
+      {"1\r\na\n", "chunk data not followed by CRLF"},
+      {"0\r\nno colon\r\n", "trailer line"},
+      {"0\r\nX: a\n", "bare LF"},
+      {"1" + std::string(5000, '0'), "longer than 4096"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    ChunkedDecoder decoder(100, 100);
+    std::string body;
+    auto used = decoder.feed(bytes, body);
+    ASSERT_FALSE(used) << bytes;
+    EXPECT_EQ(used.error().status, 400) << bytes;
+    EXPECT_EQ(used.error().code, "invalid_chunked_body");
+    EXPECT_NE(used.error().message.find(why), std::string::npos)
+        << bytes << " -> " << used.error().message;
+    EXPECT_NE(used.error().message.find("at byte"), std::string::npos);
+  }
+}
+
+TEST(ServeChunked, LimitsTheBodyAndTheTrailers) {
+  std::string body;
+  ChunkedDecoder big(100, 100);
+  auto used = big.feed("65\r\n", body);  // 101 bytes announced
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().code, "body_too_large");
+  ChunkedDecoder huge(100, 100);
+  used = huge.feed("10000000000000000\r\n", body);  // 2^64: 17 digits
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().code, "body_too_large");
+  ChunkedDecoder zeros(100, 100);
+  ASSERT_TRUE(zeros.feed("00000000000000000000001\r\na\r\n", body));  // leading zeros
+  EXPECT_EQ(body, "a");
+  body.clear();
+  ChunkedDecoder pieces(100, 100);
+  ASSERT_TRUE(pieces.feed("64\r\n" + std::string(100, 'a') + "\r\n", body));
+  used = pieces.feed("1\r\n", body);
+  ASSERT_TRUE(used);  // the size alone fits; its byte does not
+  used = pieces.feed("a", body);
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().code, "body_too_large");
+  ChunkedDecoder trailers(100, 20);
+  body.clear();
+  used = trailers.feed("0\r\nX: " + std::string(30, 'v') + "\r\n\r\n", body);
+  ASSERT_FALSE(used);
+  EXPECT_EQ(used.error().status, 431);
+  ChunkedDecoder fits(100, 20);
+  used = fits.feed("0\r\nX: vvvv\r\n\r\n", body);
+  ASSERT_TRUE(used);
+  EXPECT_TRUE(fits.done());
 }
 
 }  // namespace

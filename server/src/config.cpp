@@ -9,8 +9,10 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -181,14 +183,39 @@ Result<ServerConfig> parse_server_config(std::string_view text, std::string_view
                                          const std::filesystem::path& base_dir) {
   const std::string where(source);
   json root;
+  // A key given twice in one object is refused, not taken last-wins (two
+  // "listen" keys would silently drop one): the first one found is named,
+  // with the key of the object it is in.
+  std::vector<std::set<std::string>> keys;  // an object's keys, for each open object
+  std::vector<std::string> objects;         // the key each open object is the value of
+  std::string last_key;
+  std::optional<std::string> repeated;
+  const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+      objects.push_back(last_key);
+    } else if (event == json::parse_event_t::object_end && !keys.empty()) {
+      last_key = objects.back();
+      keys.pop_back();
+      objects.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty()) {
+      last_key = parsed.get<std::string>();
+      if (!keys.back().insert(last_key).second && !repeated) {
+        repeated = "key \"" + last_key + "\" given twice" +
+                   (objects.back().empty() ? std::string() : " in \"" + objects.back() + "\"");
+      }
+    }
+    return true;
+  };
   try {
-    root = json::parse(text);
+    root = json::parse(text, check_keys);
   } catch (const json::parse_error& error) {
     return invalid(where + ": not JSON at byte " + std::to_string(error.byte));
   } catch (const json::out_of_range&) {
     // A number past a double's range (1e400).
     return invalid(where + ": a number is out of range");
   }
+  if (repeated) return invalid(where + ": " + *repeated);
   if (!root.is_object()) return invalid(where + ": expected a JSON object");
   if (auto ok = only_keys(root,
                           {"listen", "grpc_listen", "tenants", "token_file", "tls_cert", "tls_key",
@@ -421,7 +448,14 @@ Result<std::vector<TokenEntry>> read_token_file(const std::filesystem::path& pat
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return fail(ErrorCode::kIo, where + ": read error");
-  return parse_token_file(text.str(), where);
+  auto entries = parse_token_file(text.str(), where);
+  // An empty file would make every request 401, silently.
+  if (entries && entries->empty()) {
+    return invalid(where +
+                   ": the token file has no tokens (every request would be refused 401); "
+                   "add a line `<token> <scope>`");
+  }
+  return entries;
 }
 
 const TokenEntry* find_token(std::span<const TokenEntry> entries, std::string_view token) noexcept {

@@ -150,10 +150,12 @@ class CasService final : public grpc::Service {
     if (auto ok = core_.limiter().admit_request(caller->bucket); !ok) return ok;
     const auto function = wire->digest_function;
     if (function != rex::DigestFunction::UNKNOWN && function != rex::DigestFunction::SHA256) {
-      const auto value = static_cast<int>(function);
-      const std::string name = rex::DigestFunction::Value_IsValid(value)
-                                   ? rex::DigestFunction::Value_Name(value)
-                                   : std::to_string(function);
+      // Named only when it is one of the enum's values: 2^63 is not
+      // UNKNOWN (0), which its low 32 bits would be.
+      const bool named = function <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()) &&
+                         rex::DigestFunction::Value_IsValid(static_cast<int>(function));
+      const std::string name = named ? rex::DigestFunction::Value_Name(static_cast<int>(function))
+                                     : std::to_string(function);
       return refuse(400, "unsupported_digest_function",
                     "digest_function " + name + ": this server answers for SHA256 only");
     }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace abf::server {
 
@@ -76,6 +77,27 @@ struct Reader {
   }
 };
 
+// A field number protobuf never writes (0), or a field of ours with
+// another wire type than its declared one: refused, not skipped (a digest
+// sent as a varint would be dropped from the answer silently).
+RequestResult<void> check_field(std::uint64_t number, std::uint32_t wire_type,
+                                std::span<const std::pair<const char*, std::uint32_t>> known,
+                                std::size_t at) {
+  if (number == 0) return malformed("field number 0", at);
+  if (number <= known.size() && known[number - 1].second != wire_type) {
+    return malformed("field " + std::to_string(number) + " (" + known[number - 1].first +
+                         ") with wire type " + std::to_string(wire_type) + ", not " +
+                         std::to_string(known[number - 1].second),
+                     at);
+  }
+  return {};
+}
+
+constexpr std::pair<const char*, std::uint32_t> kDigestFields[] = {{"hash", kLength},
+                                                                   {"size_bytes", kVarint}};
+constexpr std::pair<const char*, std::uint32_t> kRequestFields[] = {
+    {"instance_name", kLength}, {"blob_digests", kLength}, {"digest_function", kVarint}};
+
 // One Digest message: the last hash and size_bytes given.
 struct DigestFields {
   std::string_view hash;
@@ -97,10 +119,14 @@ RequestResult<DigestFields> read_digest(Reader reader) {
     }
   }
   while (reader.at != reader.end) {
+    const std::size_t at = reader.offset();
     auto tag = reader.varint();
     if (!tag) return std::unexpected(tag.error());
     const auto number = *tag >> 3;
     const auto wire_type = static_cast<std::uint32_t>(*tag & 7);
+    if (auto ok = check_field(number, wire_type, kDigestFields, at); !ok) {
+      return std::unexpected(ok.error());
+    }
     if (number == 1 && wire_type == kLength) {
       auto hash = reader.bytes();
       if (!hash) return std::unexpected(hash.error());
@@ -171,10 +197,14 @@ RequestResult<FindMissingBlobsWire> parse_find_missing_blobs(std::span<const std
   wire.digests.reserve(expected);
   wire.records.reserve(expected);
   while (reader.at != reader.end) {
+    const std::size_t at = reader.offset();
     auto tag = reader.varint();
     if (!tag) return std::unexpected(tag.error());
     const auto number = *tag >> 3;
     const auto wire_type = static_cast<std::uint32_t>(*tag & 7);
+    if (auto ok = check_field(number, wire_type, kRequestFields, at); !ok) {
+      return std::unexpected(ok.error());
+    }
     if (number == 1 && wire_type == kLength) {
       auto name = reader.bytes();
       if (!name) return std::unexpected(name.error());

@@ -30,6 +30,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include <httplib.h>
 
@@ -72,12 +73,72 @@ class Connection final : public httplib::Stream {
   // A new request: it must be read by `deadline`, and may send
   // `allowance` bytes before its body is reached.
   void start_request(Clock::time_point deadline, std::size_t allowance) {
+    // A buffer grown for a long head goes back to its usual size.
+    if (begin_ == end_ && buffer_.size() > kBufferBytes) {
+      std::vector<char>(kBufferBytes).swap(buffer_);
+      begin_ = end_ = 0;
+    }
     read_deadline_ = deadline;
     allowance_ = allowance;
     writing_ = false;
     timed_out_ = false;
     over_allowance_ = false;
   }
+  // Reads the request's head (up to its empty line) into the buffer, by the
+  // request's deadline and within its allowance, and checks it
+  // (RequestHeadCheck) before httplib parses it; empty lines before it are
+  // dropped. True: the head is buffered. False: the client closed, or
+  // timed_out() or over_allowance(). An error: the head is malformed.
+  RequestResult<bool> read_head() {
+    RequestHeadCheck check;
+    for (;;) {
+      auto done = check.scan(std::string_view(buffer_.data() + begin_, end_ - begin_));
+      if (!done) return std::unexpected(done.error());
+      if (*done) {
+        begin_ += check.skipped();
+        return true;
+      }
+      if (end_ - begin_ >= allowance_) {
+        over_allowance_ = true;
+        return false;
+      }
+      if (end_ == buffer_.size()) {
+        // The check's offsets are from begin_: moving the bytes keeps them.
+        if (begin_ > 0) {
+          std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+          end_ -= begin_;
+          begin_ = 0;
+        } else {
+          buffer_.resize(2 * buffer_.size());
+        }
+      }
+      const ssize_t got = receive(buffer_.data() + end_, buffer_.size() - end_);
+      if (got <= 0) return false;
+      end_ += static_cast<std::size_t>(got);
+    }
+  }
+
+  // The buffered bytes of the request (reading more by its deadline when
+  // none are), within its allowance; empty when the client closed, the
+  // deadline passed or the allowance is spent. consume() takes them.
+  std::string_view peek() {
+    if (allowance_ == 0) {
+      over_allowance_ = true;
+      return {};
+    }
+    if (begin_ == end_) {
+      const ssize_t got = receive(buffer_.data(), buffer_.size());
+      if (got <= 0) return {};
+      begin_ = 0;
+      end_ = static_cast<std::size_t>(got);
+    }
+    return {buffer_.data() + begin_, std::min(end_ - begin_, allowance_)};
+  }
+  void consume(std::size_t n) {
+    begin_ += n;
+    allowance_ -= n;
+  }
+
   // The request's body is about to be read: `allowance` more bytes.
   void start_body(std::size_t allowance) { allowance_ = allowance; }
   bool timed_out() const noexcept { return timed_out_; }
@@ -282,7 +343,8 @@ class Connection final : public httplib::Stream {
   SSL* ssl_;
   std::string ip_;
   int port_;
-  std::array<char, 16384> buffer_{};
+  static constexpr std::size_t kBufferBytes = 16384;
+  std::vector<char> buffer_ = std::vector<char>(kBufferBytes);
   std::size_t begin_ = 0, end_ = 0;
   std::size_t allowance_ = 0;
   Clock::time_point read_deadline_{}, write_deadline_{};
@@ -456,6 +518,7 @@ struct HttpFront::Impl {
       return refuse(400, "bad_request", "Transfer-Encoding: only chunked is accepted");
     }
     if (reader == nullptr) return refuse(400, "bad_request", "a body is not expected here");
+    if (chunked && t_exchange.connection != nullptr) return read_chunked(*t_exchange.connection);
     if (t_exchange.connection != nullptr) {
       // Chunk framing costs bytes too: at most the body again, plus 64 KiB.
       t_exchange.connection->start_body(2 * limit + 65536);
@@ -485,6 +548,40 @@ struct HttpFront::Impl {
                           std::to_string(core.config().request_timeout_seconds) + " s)");
       }
       return refuse(400, "incomplete_body", "the request body ended early or is malformed");
+    }
+    t_body_read = true;
+    return body;
+  }
+
+  // A chunked body, decoded here (ChunkedDecoder: strict chunk sizes,
+  // trailer fields read and ignored) from the connection's bytes, never
+  // past the body's last CRLF: a pipelined request after it stays
+  // buffered for the next exchange.
+  RequestResult<std::string> read_chunked(Connection& connection) {
+    const ServerConfig& config = core.config();
+    // Chunk framing costs bytes too: at most the body again, plus 64 KiB
+    // and the trailer section.
+    connection.start_body(2 * config.max_body_bytes + 65536 + config.max_header_bytes);
+    ChunkedDecoder decoder(config.max_body_bytes, config.max_header_bytes);
+    std::string body;
+    while (!decoder.done()) {
+      const std::string_view bytes = connection.peek();
+      if (bytes.empty()) {
+        if (connection.over_allowance()) {
+          return refuse(413, "body_too_large",
+                        "request body exceeds the server's max_body_bytes (" +
+                            std::to_string(config.max_body_bytes) + ")");
+        }
+        if (connection.timed_out()) {
+          return refuse(408, "request_timeout",
+                        "the request was not complete within request_timeout_seconds (" +
+                            std::to_string(config.request_timeout_seconds) + " s)");
+        }
+        return refuse(400, "incomplete_body", "the connection closed inside the chunked body");
+      }
+      auto used = decoder.feed(bytes, body);
+      if (!used) return std::unexpected(used.error());
+      connection.consume(*used);
     }
     t_body_read = true;
     return body;
@@ -735,12 +832,13 @@ struct HttpFront::Impl {
   // like the others, and the connection closes.
   void answer_unread(Connection& connection, int status, std::string code, std::string message) {
     const std::string body = error_json(RequestError{status, code, std::move(message)});
-    const std::string text =
-        "HTTP/1.1 " + std::to_string(status) +
-        (status == 408 ? " Request Timeout" : " Request Header Fields Too Large") +
-        "\r\nContent-Type: application/json\r\nConnection: close\r\n"
-        "Content-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string text = "HTTP/1.1 " + std::to_string(status) +
+                             (status == 400   ? " Bad Request"
+                              : status == 408 ? " Request Timeout"
+                                              : " Request Header Fields Too Large") +
+                             "\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             "Content-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body;
     connection.write_all(text);
     core.count_request("http", "", status, 0, 0);
     if (!core.logger().enabled(LogLevel::kInfo)) return;
@@ -800,6 +898,25 @@ struct HttpFront::Impl {
                                config.max_header_bytes + kHeaderSlack);
       t_exchange.close = false;
       t_body_read = false;
+      // The head is read and checked here first: a malformed one is
+      // answered 400 and the connection closes (what follows it cannot be
+      // trusted to be a request), as do one past the deadline (408) or the
+      // allowance (431).
+      if (auto head = connection.read_head(); !head || !*head) {
+        if (!head) {
+          answer_unread(connection, 400, head.error().code, head.error().message);
+          connection.linger();
+        } else if (connection.timed_out()) {
+          answer_unread(connection, 408, "request_timeout",
+                        "the request was not complete within request_timeout_seconds (" +
+                            std::to_string(config.request_timeout_seconds) + " s)");
+        } else if (connection.over_allowance()) {
+          answer_unread(connection, 431, "headers_too_large",
+                        "request line and headers exceed " +
+                            std::to_string(config.max_header_bytes) + " bytes");
+        }
+        break;
+      }
       bool closed = false;
       const bool ok = engine.serve(connection, stopping.load(), closed);
       if (!ok && !connection.wrote()) {
@@ -995,7 +1112,9 @@ Result<void> HttpFront::bind(const ListenAddress& address) {
           message = "request headers exceed " +
                     std::to_string(impl->core.config().max_header_bytes) + " bytes";
         }
-        if (status == 408 || status == 431) {
+        // 400 and 414 here are requests httplib could not parse: what
+        // follows them is not read as a request either.
+        if (status == 400 || status == 408 || status == 414 || status == 431) {
           res.set_header("Connection", "close");
           t_exchange.close = true;
         }
@@ -1040,13 +1159,33 @@ Result<void> HttpFront::bind(const ListenAddress& address) {
   }
   impl_->listener = fd;
   // A descriptor per connection: the soft limit (1024 under systemd by
-  // default) is raised toward the hard one to fit max_connections, so the
-  // cap, not EMFILE, is what a flood meets.
+  // default) is raised to the hard one, so the cap, not EMFILE, is what a
+  // flood meets. A limit still below max_connections + 256 (the listeners,
+  // snapshots, the catalog, gRPC) is warned about: past it, new
+  // connections wait in the listen queue unanswered.
   if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
     const rlim_t wanted = static_cast<rlim_t>(config.max_connections) + 256;
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < files.rlim_max) {
+      rlimit raised = files;
+      raised.rlim_cur = files.rlim_max;
+      // An infinite hard limit is more than the kernel's nr_open allows.
+      if (::setrlimit(RLIMIT_NOFILE, &raised) != 0 && wanted > files.rlim_cur) {
+        raised.rlim_cur = wanted;
+        ::setrlimit(RLIMIT_NOFILE, &raised);
+      }
+      ::getrlimit(RLIMIT_NOFILE, &files);
+    }
     if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < wanted) {
-      files.rlim_cur = files.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, files.rlim_max);
-      ::setrlimit(RLIMIT_NOFILE, &files);
+      impl_->core.logger().log(
+          LogLevel::kWarn,
+          {{"event", "file_limit"},
+           {"limit", static_cast<std::uint64_t>(files.rlim_cur)},
+           {"max_connections", config.max_connections},
+           {"message", "WARNING: RLIMIT_NOFILE is " + std::to_string(files.rlim_cur) +
+                           " (the hard limit), below max_connections (" +
+                           std::to_string(config.max_connections) +
+                           ") + 256: connections past the limit wait unanswered; raise it "
+                           "(ulimit -Hn, systemd LimitNOFILE=) or lower max_connections"}});
     }
   }
   sockaddr_storage bound{};

@@ -145,7 +145,7 @@ class Server:
     stdout (bounded wait), its log kept; stop() sends SIGTERM and waits, and
     keeps the whole log in `last_log`."""
 
-    def __init__(self, *args, expect_failure=False, timeout=30, listen=True):
+    def __init__(self, *args, expect_failure=False, timeout=30, listen=True, preexec_fn=None):
         self.log_path = tempfile.mktemp(prefix="abf-serve-log-")
         # Removed by stop(); a server whose start failed (or a test that
         # failed before stop) leaves it to the end of the process.
@@ -154,7 +154,7 @@ class Server:
         self.process = subprocess.Popen(
             [abf_binary(), "serve"] + (["--listen", "127.0.0.1:0"] if listen else []) +
             [str(a) for a in args],
-            stdout=subprocess.PIPE, stderr=self.log)
+            stdout=subprocess.PIPE, stderr=self.log, preexec_fn=preexec_fn)
         self.ready = None
         if expect_failure:
             self.returncode = self.process.wait(timeout=timeout)

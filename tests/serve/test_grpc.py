@@ -98,6 +98,47 @@ class FindMissingBlobs(unittest.TestCase):
                                        grpc.StatusCode.INVALID_ARGUMENT)
             self.assertIn("unsupported_digest_function", details)
 
+    def raw_call(self, data, token="a"):
+        """FindMissingBlobs with `data` as the request's bytes."""
+        method = self.channel.unary_unary(
+            "/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs")
+        metadata = [("authorization", "Bearer " + self.tokens[token])]
+        return method.with_call(data, metadata=metadata, timeout=30)
+
+    def assert_raw_code(self, data, code):
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.raw_call(data)
+        self.assertEqual(raised.exception.code(), code, raised.exception.details())
+        return raised.exception.details()
+
+    def test_wire_types_and_digest_function_numbers(self):
+        def varint(value):
+            out = b""
+            while value >= 0x80:
+                out += bytes([value & 0x7f | 0x80])
+                value >>= 7
+            return out + bytes([value])
+
+        digest = self.request([NEW[0]]).blob_digests[0].SerializeToString()
+        good = b"\x0a\x01a" + b"\x12" + varint(len(digest)) + digest
+        response, _ = self.raw_call(good)
+        self.assertEqual(self.pb2.FindMissingBlobsResponse.FromString(response)
+                         .missing_blob_digests[0].hash, NEW[0].hex())
+        # A digest sent as a varint was skipped and the answer OK without it.
+        details = self.assert_raw_code(good + b"\x10\x05", grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("invalid_request", details)
+        self.assertIn("field 2 (blob_digests) with wire type 0", details)
+        details = self.assert_raw_code(good + b"\x00\x01", grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("field number 0", details)
+        # 2^63 was named UNKNOWN (its low 32 bits), a value that is accepted.
+        details = self.assert_raw_code(good + b"\x18" + varint(1 << 63),
+                                       grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("digest_function 9223372036854775808:", details)
+        self.assertNotIn("UNKNOWN", details)
+        details = self.assert_raw_code(good + b"\x18" + varint(3),
+                                       grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("digest_function MD5:", details)
+
     def test_bad_digests(self):
         request = self.pb2.FindMissingBlobsRequest(instance_name="a")
         request.blob_digests.add(hash=NEW[0].hex(), size_bytes=1)

@@ -15,6 +15,7 @@ server process and checks the answer and what it cost the server.
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -518,6 +519,42 @@ class OperatorHabits(Fixture):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_an_empty_token_file_is_refused_at_start(self):
+        empty = support.write_private(os.path.join(self.dir, "empty-tokens"), "# none yet\n")
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--token-file", empty, expect_failure=True)
+        self.assertEqual(server.returncode, 1)
+        self.assertIn(empty + ": the token file has no tokens", server.log_text())
+        server.stop()
+
+    def test_a_file_limit_below_max_connections_is_warned_about(self):
+        import resource
+
+        def low_hard_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                preexec_fn=low_hard_limit)
+        self.assertEqual(server.stop(), 0)
+        warnings = [json.loads(line) for line in server.last_log.splitlines()
+                    if "file_limit" in line]
+        self.assertEqual(len(warnings), 1, server.last_log)
+        self.assertEqual(warnings[0]["limit"], 64)
+        self.assertEqual(warnings[0]["max_connections"], 1024)
+        self.assertIn("WARNING: RLIMIT_NOFILE is 64", warnings[0]["message"])
+
+        # A soft limit below a hard one that fits is raised, silently.
+        def low_soft_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 4096))
+
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                preexec_fn=low_soft_limit)
+        with open("/proc/%d/limits" % server.process.pid) as limits:
+            line = [l for l in limits if l.startswith("Max open files")][0]
+        self.assertEqual(server.stop(), 0)
+        self.assertEqual(line.split()[3:5], ["4096", "4096"], line)
+        self.assertNotIn("file_limit", server.last_log)
+
     def test_non_loopback_without_tokens_warns(self):
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
                                 "--listen", "0.0.0.0:0", listen=False)
@@ -533,6 +570,192 @@ class OperatorHabits(Fixture):
                                     *args, listen=False)
             self.assertEqual(server.stop(), 0)
             self.assertNotIn("insecure_listen", server.last_log)
+
+
+def read_until_closed(sock, timeout=5):
+    """What the server sends until it closes or `timeout` passes, and
+    whether it closed."""
+    sock.settimeout(timeout)
+    data = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data, True
+            data += chunk
+    except socket.timeout:
+        pass
+    except ConnectionResetError:
+        return data, True
+    return data, False
+
+
+class RequestFraming(Fixture):
+    """RFC 9112 framing, strictly: no request smuggled inside another's
+    body, no answer per line of garbage (issue 23, F6 and F7)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.server = support.Server("--snapshot", cls.catalog.snapshot, "--db", cls.catalog.db)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        super().tearDownClass()
+        assert code == 0, code
+
+    def exchange(self, raw, timeout=5):
+        """Sends `raw` on a new connection; the answers and whether the
+        server closed the connection by itself."""
+        sock = connect(self.server)
+        try:
+            sock.sendall(raw)
+        except OSError:
+            pass
+        reply, closed = read_until_closed(sock, timeout)
+        sock.close()
+        return reply, closed
+
+    def assert_refused(self, raw, why):
+        """One 400 naming `why`, then the connection closes."""
+        start = time.monotonic()
+        reply, closed = self.exchange(raw)
+        self.assertTrue(closed, "the connection stayed open after %r" % raw[:120])
+        self.assertLess(time.monotonic() - start, 3)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 400 "), reply[:300])
+        self.assertEqual(len(re.findall(rb"(?:^|\n)HTTP/1\.1 \d{3} ", reply)), 1, reply)
+        body = json.loads(reply.partition(b"\r\n\r\n")[2])
+        self.assertEqual(body["error"]["code"], "bad_request", body)
+        self.assertIn(why, body["error"]["message"])
+
+    def find_missing(self, framing, body, extra=b""):
+        return (b"POST /v1/default/find-missing HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: text/plain\r\n" + framing + b"\r\n" + body + extra)
+
+    def test_two_content_lengths_smuggle_nothing(self):
+        line = NEW[0].hex().encode() + b"\n"
+        self.assertEqual(len(line), 65)
+        inner = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for lengths in ((65, 65 + len(inner)), (65 + len(inner), 65), (65, 65)):
+            framing = b"".join(b"Content-Length: %d\r\n" % n for n in lengths)
+            self.assert_refused(self.find_missing(framing, line + inner),
+                                "Content-Length appears more than once")
+
+    def test_content_length_with_transfer_encoding_is_refused(self):
+        line = NEW[0].hex().encode() + b"\n"
+        for framing in (b"Content-Length: 65\r\nTransfer-Encoding: chunked\r\n",
+                        b"Transfer-Encoding: chunked\r\nContent-Length: 65\r\n"):
+            self.assert_refused(self.find_missing(framing, b"41\r\n" + line + b"\r\n0\r\n\r\n"),
+                                "Content-Length together with Transfer-Encoding")
+        self.assert_refused(self.find_missing(b"Transfer-Encoding: chunked\r\n"
+                                              b"Transfer-Encoding: chunked\r\n", b"0\r\n\r\n"),
+                            "Transfer-Encoding appears more than once")
+
+    def test_content_length_syntax(self):
+        line = NEW[0].hex().encode() + b"\n"
+        for value in (b"+65", b"-65", b"0x41", b"6 5", b"65,65", b"", b"65.0", b"\xd9\xa6"):
+            self.assert_refused(self.find_missing(b"Content-Length: " + value + b"\r\n", line),
+                                "Content-Length is not a decimal number")
+        # Whitespace around the value is not part of it (RFC 9110 5.5).
+        reply, _ = self.exchange(self.find_missing(b"Content-Length:  65 \r\nConnection: close\r\n",
+                                                   line))
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200 "), reply[:300])
+        self.assertIn(NEW[0].hex().encode(), reply)
+
+    def test_control_characters_in_fields_are_refused(self):
+        for byte in (0, 1, 0x0b, 0x1f, 0x7f):
+            raw = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Evil: a" + bytes([byte]) +
+                   b"b\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assert_refused(raw, "control character 0x%02x in the value of X-Evil" % byte)
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-E\x00vil: a\r\n\r\n",
+                            "the field name is not a token")
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n",
+                            "the field name is not a token")
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", "obs-fold")
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\rX: y\r\n\r\n",
+                            "a CR not followed by LF")
+        # A tab and obs-text (bytes >= 0x80) are field content.
+        reply, _ = self.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: a\tb\xe9\r\n"
+                                 b"Connection: close\r\n\r\n")
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200 "), reply[:300])
+
+    def test_malformed_request_lines_get_one_answer_and_a_close(self):
+        valid = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for line, why in ((b"\xc3\x89GET /healthz HTTP/1.1", "the method is not a token"),
+                          (b"garbage", "not `method SP target SP version`"),
+                          (b"GET  /healthz HTTP/1.1", "not `method SP target SP version`"),
+                          (b"GET /healthz HTTP/1.1 x", "not `method SP target SP version`"),
+                          (b"GET /h\xc3\xa9 HTTP/1.1", "not visible ASCII"),
+                          (b"GET /healthz HTTP/11", "HTTP version"),
+                          (b"GET /healthz HTTP/1.2", "HTTP version"),
+                          (b"GET /healthz http/1.1", "HTTP version"),
+                          (b"get /healthz HTTP/1.1", "the method is not one of")):
+            self.assert_refused(line + b"\r\n" + b"garbage\r\n" * 5 + valid, why)
+
+    def test_bare_lf_line_ends_are_refused(self):
+        self.assert_refused(b"GET /healthz HTTP/1.1\nHost: x\n\n", "bare LF")
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\n\r\n", "bare LF")
+
+    def test_leading_empty_lines_are_skipped_up_to_four(self):
+        valid = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        reply, closed = self.exchange(b"\r\n" * 4 + valid + b"\r\n" + valid, timeout=1)
+        self.assertFalse(closed)
+        self.assertEqual(reply.count(b"HTTP/1.1 200 "), 2, reply)
+        self.assert_refused(b"\r\n" * 5 + valid, "more than 4 empty lines")
+
+    def test_pipelined_requests_are_each_answered(self):
+        raw = b"".join(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" for _ in range(3))
+        reply, closed = self.exchange(raw, timeout=1)
+        self.assertFalse(closed)
+        self.assertEqual(reply.count(b"HTTP/1.1 200 "), 3, reply)
+
+    def chunked(self, chunks, after=b"0\r\n\r\n"):
+        return self.find_missing(b"Transfer-Encoding: chunked\r\n", b"".join(chunks) + after)
+
+    def test_chunked_trailers_are_read_and_ignored(self):
+        lines = [d.hex().encode() + b"\n" for d in (MEMBERS[0], NEW[1], NEW[2])]
+        chunks = [b"%x\r\n%s\r\n" % (len(l), l) for l in lines]
+        chunks[1] = b"%x;name=value\r\n%s\r\n" % (len(lines[1]), lines[1])  # an extension
+        raw = (self.chunked(chunks, b"0\r\nX-Checksum: abc\r\nX-Other: d\r\n\r\n") +
+               b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply, closed = self.exchange(raw)
+        self.assertTrue(closed)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200 "), reply[:300])
+        first, _, second = reply.partition(b"HTTP/1.1 200 OK\r\n")[2].partition(b"HTTP/1.1 ")
+        self.assertIn(NEW[1].hex().encode() + b"\n" + NEW[2].hex().encode(), first)
+        self.assertNotIn(MEMBERS[0].hex().encode(), first)
+        self.assertTrue(second.startswith(b"200 "), reply)
+        self.assertIn(b'{"status":"ok"}', second)
+
+    def test_malformed_chunk_sizes_are_refused_at_once(self):
+        line = NEW[0].hex().encode() + b"\n"
+        for size in (b"-5", b"0x41", b"+41", b"", b" 41", b"41 x", b"4\x001"):
+            start = time.monotonic()
+            reply, closed = self.exchange(self.chunked([size + b"\r\n" + line + b"\r\n"]))
+            self.assertTrue(closed, size)
+            self.assertLess(time.monotonic() - start, 3, size)
+            self.assertTrue(reply.startswith(b"HTTP/1.1 400 "), (size, reply[:300]))
+            body = json.loads(reply.partition(b"\r\n\r\n")[2])
+            self.assertEqual(body["error"]["code"], "invalid_chunked_body", (size, body))
+        for framing in (b"41\r\n" + line + b"XX0\r\n\r\n", b"41\n" + line + b"\r\n0\r\n\r\n",
+                        b"41\r\n" + line + b"\r\n0\r\nno colon\r\n\r\n"):
+            reply, closed = self.exchange(self.find_missing(b"Transfer-Encoding: chunked\r\n",
+                                                            framing))
+            self.assertTrue(closed, framing)
+            self.assertIn(b"invalid_chunked_body", reply, framing)
+
+    def test_a_chunked_body_cut_short_is_incomplete(self):
+        sock = connect(self.server)
+        sock.sendall(self.chunked([b"41\r\n" + NEW[0].hex().encode()], after=b""))
+        sock.shutdown(socket.SHUT_WR)
+        reply, closed = read_until_closed(sock)
+        sock.close()
+        self.assertTrue(closed)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 400 "), reply)
+        self.assertIn(b"incomplete_body", reply)
 
 
 if __name__ == "__main__":

@@ -140,4 +140,72 @@ std::string encode_missing(BodyEncoding encoding, std::span<const Digest> missin
 RequestResult<Digest> parse_grpc_digest(std::string_view hash, std::int64_t size_bytes,
                                         std::size_t index);
 
+// ---------------------------------------------------------------------------
+// The request head and chunked framing (RFC 9112), checked by the server
+// itself before and instead of the HTTP library's parser, so that no two
+// readers of one connection can disagree on where a request ends.
+
+// Checks a request head as its bytes arrive. `bytes` is everything received
+// from the request's first byte on: the same prefix at every call, longer.
+// Lines end in CRLF (a bare LF is refused: RFC 9112 section 2.2 allows
+// either). Up to kMaxLeadingEmptyLines empty lines before the request line
+// are skipped. 400 "bad_request", naming the line, for: a request line that
+// is not `method SP target SP version` (GET, HEAD, POST, PUT, DELETE,
+// CONNECT, OPTIONS, TRACE or PATCH; visible ASCII; HTTP/1.1 or HTTP/1.0);
+// a field name that is not a token or is followed by whitespace;
+// a line folded onto the previous one; a control character other than HTAB
+// in a field value; a CR not before LF; a Content-Length that is not
+// 1*DIGIT, or appears twice (even with the same value); Transfer-Encoding
+// twice, or with Content-Length. The server answers such a request and
+// closes the connection.
+class RequestHeadCheck {
+ public:
+  static constexpr unsigned kMaxLeadingEmptyLines = 4;
+
+  // True once the head is complete (its empty line seen): skipped() and
+  // end() say where it lies. False: more bytes are needed.
+  RequestResult<bool> scan(std::string_view bytes);
+  // Bytes of empty lines before the request line.
+  std::size_t skipped() const noexcept { return skipped_; }
+  // The offset just past the head's final CRLF.
+  std::size_t end() const noexcept { return end_; }
+
+ private:
+  std::size_t next_ = 0;      // the start of the first line not checked
+  std::size_t searched_ = 0;  // no LF in [next_, searched_)
+  std::size_t skipped_ = 0, end_ = 0;
+  std::uint64_t line_ = 0;  // lines checked, the empty ones before included
+  unsigned empty_lines_ = 0;
+  bool request_line_ = false, content_length_ = false, transfer_encoding_ = false;
+};
+
+// Decodes a chunked body (RFC 9112 section 7.1) as its bytes arrive.
+// chunk-size is 1*HEXDIG (no sign, no "0x"); chunk extensions after ';' and
+// trailer fields after the last chunk are read and ignored, the trailer
+// section up to `max_trailer_bytes`. Errors: 400 "invalid_chunked_body"
+// for malformed framing (with what and the byte offset), 413
+// "body_too_large" past `max_body_bytes` of data.
+class ChunkedDecoder {
+ public:
+  ChunkedDecoder(std::size_t max_body_bytes, std::size_t max_trailer_bytes)
+      : max_body_(max_body_bytes), max_trailer_(max_trailer_bytes) {}
+
+  // Consumes a prefix of `bytes` (all of it unless the body ends inside),
+  // appending chunk data to `body`; returns the bytes consumed.
+  RequestResult<std::size_t> feed(std::string_view bytes, std::string& body);
+  // Whether the last chunk and the trailer section have been read.
+  bool done() const noexcept { return state_ == State::kDone; }
+
+ private:
+  enum class State { kSize, kData, kDataEnd, kTrailer, kDone };
+  RequestResult<void> size_line(std::string_view line);
+  std::size_t max_body_, max_trailer_;
+  State state_ = State::kSize;
+  std::string line_;             // the line being read (size or trailer)
+  std::uint64_t remaining_ = 0;  // data bytes left in this chunk
+  std::uint64_t offset_ = 0;     // bytes consumed so far
+  std::size_t trailer_bytes_ = 0;
+  std::size_t data_end_ = 0;  // bytes of the CRLF after a chunk's data seen
+};
+
 }  // namespace abf::server
