@@ -240,6 +240,10 @@ Result<BuildInput> add_all(const BuildCommandOptions& options, DigestReader& rea
 
 int run_build(const BuildCommandOptions& options) {
   if (auto refused = binary_to_terminal(options.output)) return usage_error("build", *refused);
+  if (auto clash = output_overwrites_input(
+          options.output, {{"--from-catalog", options.from_catalog}, {"--input", options.input}})) {
+    return usage_error("build", *clash);
+  }
   if (!options.shards.empty() && options.output == "-") {
     return usage_error("build",
                        "--shards writes a filter set, a manifest and shard files beside it, "

@@ -96,6 +96,18 @@ int run_dedup(const DedupOptions& options) {
     return usage_error("dedup",
                        "--snapshot - and --input - both read standard input; give one a file");
   }
+  for (const auto& [option, written] :
+       {std::pair<std::string_view, const std::string*>{"--output", &options.output},
+        {"--stats-json", &options.stats_json}}) {
+    if (auto clash = output_overwrites_input(*written,
+                                             {{"--db", options.db},
+                                              {"--snapshot", options.snapshot},
+                                              {"--index", options.index},
+                                              {"--input", options.input}},
+                                             option)) {
+      return usage_error("dedup", *clash);
+    }
+  }
   if (options.stats_json == "-" && options.output == "-") {
     return usage_error("dedup",
                        "--stats-json - and --output - both write standard output; give one a file");
@@ -163,9 +175,9 @@ int run_dedup(const DedupOptions& options) {
   // table sized for the whole input when the input is a file.
   DigestSet written;
   constexpr std::uint64_t kReserveAtMost = std::uint64_t{1} << 24;  // a 256 MiB table
-  written.reserve(static_cast<std::size_t>(std::min(
-      reader->size_hint() / (*format == InputFormat::kBinary ? Digest::kSize : kHexLine),
-      kReserveAtMost)));
+  written.reserve(static_cast<std::size_t>(
+      std::min(reader->size_hint() / (*format == InputFormat::kBinary ? Digest::kSize : kHexLine),
+               kReserveAtMost)));
   Progress progress("dedup", reader->size_hint(), "bytes");
   auto result = service::bulk_dedup(service, *reader, [&](std::span<const Digest> absent) {
     const std::size_t first = written.size();
@@ -198,8 +210,7 @@ int run_dedup(const DedupOptions& options) {
         << (options.exact_only ? "exact store only" : "filter in front")
         << (indexed ? ", index of version " + std::to_string(indexed->index().catalog_version())
                     : std::string())
-        << ", " << result->seconds
-        << " s\n";
+        << ", " << result->seconds << " s\n";
     if (result->lag.versions_behind != 0) {
       out << "  snapshot of version " << version << ", behind the catalog by "
           << counted(result->lag.versions_behind, "version") << " and "

@@ -32,6 +32,9 @@ int run_index(const IndexOptions& options) {
     return usage_error("index", "--block-digests " + std::to_string(options.block_digests) +
                                     " is not a power of two in 1..1048576");
   }
+  if (auto clash = output_overwrites_input(options.output, {{"--db", options.db}})) {
+    return usage_error("index", *clash);
+  }
   const auto start = std::chrono::steady_clock::now();
   auto catalog = service::SqliteCatalog::open(
       options.db, {.read_only = true, .busy_timeout_ms = options.busy_timeout_ms});

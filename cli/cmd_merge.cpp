@@ -25,6 +25,11 @@ struct MergeCommandOptions {
 
 int run_merge(const MergeCommandOptions& options) {
   if (auto refused = binary_to_terminal(options.output)) return usage_error("merge", *refused);
+  for (const auto& input : options.inputs) {
+    if (auto clash = output_overwrites_input(options.output, {{"input", input}})) {
+      return usage_error("merge", *clash);
+    }
+  }
   if (std::ranges::count(options.inputs, "-") > 1) {
     return usage_error("merge", "standard input (-) can be only one of the inputs");
   }

@@ -74,6 +74,10 @@ int run_query(const QueryOptions& options) {
     return usage_error("query",
                        "--snapshot - and --input - both read standard input; give one a file");
   }
+  if (auto clash = output_overwrites_input(
+          options.output, {{"--snapshot", options.snapshot}, {"--input", options.input}})) {
+    return usage_error("query", *clash);
+  }
   apply_threads(options.threads);
   auto format = parse_input_format(options.input_format);
   if (!format) return report("query", format.error());

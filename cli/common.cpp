@@ -83,6 +83,23 @@ int usage_error(std::string_view command, std::string_view message) {
   return kExitUsage;
 }
 
+std::optional<std::string> output_overwrites_input(
+    const std::string& output,
+    std::initializer_list<std::pair<std::string_view, std::string_view>> inputs,
+    std::string_view output_option) {
+  if (output.empty() || output == "-") return std::nullopt;
+  for (const auto& [option, input] : inputs) {
+    if (input.empty() || input == "-") continue;
+    std::error_code ec;
+    if (std::filesystem::equivalent(output, std::filesystem::path(input), ec) && !ec) {
+      return std::string(output_option) + " " + output + " is the same file as " +
+             std::string(option) + " " + std::string(input) +
+             ": writing it would destroy the input; name another file";
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> unknown_command(const CLI::App& root, int argc,
                                            const char* const* argv) {
   const CLI::App* app = &root;
@@ -493,13 +510,15 @@ Result<void> DataOutput::commit() {
   off_t offset = 0;
   while (static_cast<std::uint64_t>(offset) < staged_bytes_) {
     const std::uint64_t left = staged_bytes_ - static_cast<std::uint64_t>(offset);
-    const ssize_t sent = ::sendfile(STDOUT_FILENO, stage_fd_, &offset,
-                                    static_cast<std::size_t>(std::min<std::uint64_t>(left, 1u << 30)));
+    const ssize_t sent =
+        ::sendfile(STDOUT_FILENO, stage_fd_, &offset,
+                   static_cast<std::size_t>(std::min<std::uint64_t>(left, 1u << 30)));
     if (sent > 0) continue;
     if (sent < 0 && errno == EINTR) continue;
     if (sent < 0 && (errno == EINVAL || errno == ENOSYS) && offset == 0) break;
-    return fail(ErrorCode::kIo, "<stdout>: write error: " +
-                                    (sent < 0 ? errno_text() : std::string("staged output shrank")));
+    return fail(ErrorCode::kIo,
+                "<stdout>: write error: " +
+                    (sent < 0 ? errno_text() : std::string("staged output shrank")));
   }
   if (static_cast<std::uint64_t>(offset) == staged_bytes_) return {};
   std::string chunk(kStageMemory, '\0');

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -43,6 +45,16 @@ int report(std::string_view command, const Error& error);
 // CLI11's ("abf <command>: <message>", then a line pointing at --help), on
 // stderr; returns kExitUsage.
 int usage_error(std::string_view command, std::string_view message);
+
+// The message for an output path that names the same file as one of the
+// command's inputs (the catalog, a snapshot, the input digests), which
+// writing it would destroy: `abf build --from-catalog c.db -o c.db`. Each
+// input is (option name, path); "-" and empty paths, and paths that do not
+// exist yet, never match. None when the output is safe to write.
+std::optional<std::string> output_overwrites_input(
+    const std::string& output,
+    std::initializer_list<std::pair<std::string_view, std::string_view>> inputs,
+    std::string_view output_option = "--output");
 
 // The usage error text for `command` ("catalog add"; "" for abf itself).
 std::string usage_text(std::string_view command, std::string_view message);

@@ -345,6 +345,43 @@ TEST_F(CliPolishTest, ProgressOnlyOnATerminal) {
   }
 }
 
+// An output that names one of the command's own inputs is refused before
+// anything is written (an attacker's review destroyed a catalog with
+// `build --from-catalog c.db -o c.db`): exit 2, the input intact.
+TEST_F(CliPolishTest, AnOutputThatIsAnInputIsRefusedAndTheInputKept) {
+  write("m.txt", hex_lines(200, 41));
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i m.txt").status, 0);
+  ASSERT_EQ(abf("build --from-catalog c.db -n 1000 -p 0.01 -o c.abf").status, 0);
+  ASSERT_EQ(abf("index --db c.db -o c.abfx").status, 0);
+  const auto bytes = [&](const std::string& name) {
+    std::ifstream in(path(name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string db = bytes("c.db"), snapshot = bytes("c.abf"), input = bytes("m.txt");
+  // A second name for the catalog: the same file is found by identity.
+  fs::create_hard_link(path("c.db"), path("link.db"));
+  const struct {
+    std::string arguments, what;
+  } cases[] = {
+      {"build --from-catalog c.db -n 1000 -p 0.01 -o c.db",
+       "--output c.db is the same file as --from-catalog c.db"},
+      {"build -n 1000 -p 0.01 -i m.txt -o m.txt", "is the same file as --input m.txt"},
+      {"dedup -s c.abf --db c.db -i m.txt -o link.db", "is the same file as --db c.db"},
+      {"dedup -s c.abf --db c.db -i m.txt -o /dev/null --stats-json c.abf",
+       "--stats-json c.abf is the same file as --snapshot"},
+      {"dedup -s c.abf --db c.db --index c.abfx -i m.txt -o c.abfx", "is the same file as --index"},
+      {"query -s c.abf -i m.txt -o c.abf", "is the same file as --snapshot c.abf"},
+      {"merge c.abf -o c.abf", "is the same file as input c.abf"},
+      {"index --db c.db -o ./c.db", "is the same file as --db c.db"},
+  };
+  for (const auto& c : cases) expect_usage(abf(c.arguments), c.what, c.arguments);
+  EXPECT_EQ(bytes("c.db"), db);
+  EXPECT_EQ(bytes("c.abf"), snapshot);
+  EXPECT_EQ(bytes("m.txt"), input);
+  EXPECT_EQ(abf("catalog stats --db c.db").status, 0);
+}
+
 TEST_F(CliPolishTest, DemoNamesEveryRatioInSnakeCase) {
   const CliRun run = abf("demo --items 2000 --fpp 0.01");
   ASSERT_EQ(run.status, 0) << run.err;

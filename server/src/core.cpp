@@ -109,7 +109,6 @@ void merge_exposition(std::string_view text, std::string_view tenant,
   }
 }
 
-
 // The counters that follow filter answers: /metrics shows them as of their
 // last release (ServerConfig::metrics_release_*).
 bool follows_answers(service::Counter counter) {
@@ -189,8 +188,8 @@ std::string process_metrics() {
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
   const auto field = [&](int number) { return std::strtod(fields[number - 3].c_str(), nullptr); };
   if (fields.size() >= 22 && ticks > 0) {
-    sample("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
-           (field(14) + field(15)) / ticks);
+    sample("process_cpu_seconds_total", "counter",
+           "Total user and system CPU time spent in seconds.", (field(14) + field(15)) / ticks);
     sample("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
            field(24) * page);
     sample("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", field(23));
@@ -926,8 +925,8 @@ std::string Core::prometheus() const {
     family("artifact_bloom_serve_missing_digests_total", "counter",
            "Digests answered missing (the exact answer).");
     for (const auto& [tenant, counts] : digests_) {
-      out += "artifact_bloom_serve_missing_digests_total{tenant=\"" + label_value(tenant) +
-             "\"} " + std::to_string(counts.second) + "\n";
+      out += "artifact_bloom_serve_missing_digests_total{tenant=\"" + label_value(tenant) + "\"} " +
+             std::to_string(counts.second) + "\n";
     }
   }
   const std::string histogram = "artifact_bloom_serve_request_duration_seconds";

@@ -159,9 +159,9 @@ class LatencyHistogram {
   // Upper bounds in seconds. The lowest is 100 us, above what one catalog
   // lookup adds to a single-digest request (about 10 us here), so a bucket
   // never tells a filter answer.
-  static constexpr std::array<double, 16> kBounds = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-      0.05,   0.1,     0.25,   0.5,   1,     2.5,   5,    10};
+  static constexpr std::array<double, 16> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                     0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                                     1,      2.5,     5,      10};
   struct Values {
     std::array<std::uint64_t, kBounds.size() + 1> buckets{};  // last: above every bound
     std::uint64_t sum_ns = 0;
@@ -318,7 +318,7 @@ class Core {
   // release of all (docs/serve.md, "Private operations").
   struct Release {
     std::array<std::uint64_t, service::kCounterCount> counters{};
-    std::uint64_t missing_mark = 0;  // Tenant::missing_answered at the release
+    std::uint64_t missing_mark = 0;      // Tenant::missing_answered at the release
     service::IndexedLookupCounts index;  // TenantStore::lookups(): they follow filter answers too
   };
   mutable std::mutex release_mutex_;

@@ -17,14 +17,15 @@ class AddedDigests {
  public:
   std::uint64_t after = 0;
   std::uint64_t upto = 0;
-  VersionChanges changes;  // of (after, upto]
-  std::uint64_t held = 0;  // digests in the runs
+  VersionChanges changes;   // of (after, upto]
+  std::uint64_t held = 0;   // digests in the runs
   bool over_bound = false;  // more than the bound were added: none held
   std::vector<std::shared_ptr<const std::vector<Digest>>> runs;
 
   bool contains(const Digest& digest) const noexcept {
-    return std::any_of(runs.begin(), runs.end(),
-                       [&](const auto& run) { return std::binary_search(run->begin(), run->end(), digest); });
+    return std::any_of(runs.begin(), runs.end(), [&](const auto& run) {
+      return std::binary_search(run->begin(), run->end(), digest);
+    });
   }
 };
 
@@ -389,15 +390,17 @@ Result<std::shared_ptr<const AddedDigests>> ArtifactExistenceService::added_sinc
   // The bound is checked on the counts the versions recorded, before a
   // digest is read: memory never grows past it.
   next->over_bound = (base != nullptr && base->over_bound) ||
-                     changes->added > options_.head_cache_digests - std::min(held_before, options_.head_cache_digests);
+                     changes->added > options_.head_cache_digests -
+                                          std::min(held_before, options_.head_cache_digests);
   if (!next->over_bound) {
     if (base != nullptr) next->runs = base->runs;
     std::vector<Digest> fresh;
     fresh.reserve(changes->added);
-    auto read = repository_.for_each_digest_added(from, upto, [&](std::span<const Digest> part) -> Result<void> {
-      fresh.insert(fresh.end(), part.begin(), part.end());
-      return {};
-    });
+    auto read = repository_.for_each_digest_added(
+        from, upto, [&](std::span<const Digest> part) -> Result<void> {
+          fresh.insert(fresh.end(), part.begin(), part.end());
+          return {};
+        });
     if (!read) return std::unexpected(read.error());
     std::sort(fresh.begin(), fresh.end());
     next->held = held_before + fresh.size();

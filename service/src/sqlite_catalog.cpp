@@ -376,9 +376,8 @@ struct SqliteCatalog::State {
     if (!latest_now) return std::unexpected(latest_now.error());
     if (after > upto || upto > *latest_now) {
       return fail(ErrorCode::kInvalidArgument,
-                  "catalog " + path.string() + ": no version range (" + version_text(after) +
-                      ", " + version_text(upto) + "] (latest is " + version_text(*latest_now) +
-                      ")");
+                  "catalog " + path.string() + ": no version range (" + version_text(after) + ", " +
+                      version_text(upto) + "] (latest is " + version_text(*latest_now) + ")");
     }
     return {};
   }
@@ -870,8 +869,8 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
                        : kind == std::filesystem::file_type::block     ? "a block device"
                        : kind == std::filesystem::file_type::socket    ? "a socket"
                                                                        : "not a regular file";
-    return fail(ErrorCode::kCatalog, "catalog " + path.string() + ": is " + std::string(what) +
-                                         ", not a database file");
+    return fail(ErrorCode::kCatalog,
+                "catalog " + path.string() + ": is " + std::string(what) + ", not a database file");
   }
   auto state = std::make_unique<State>();
   state->path = path;
@@ -1161,7 +1160,7 @@ Result<CatalogContent> SqliteCatalog::content_at_version(std::uint64_t catalog_v
 }
 
 Result<std::vector<Digest>> SqliteCatalog::sample_at_version(std::uint64_t catalog_version,
-                                                              std::size_t count) {
+                                                             std::size_t count) {
   const std::lock_guard lock(state_->mutex);
   if (auto begun = state_->exec("BEGIN", "starting a read transaction"); !begun) {
     return std::unexpected(begun.error());
@@ -1264,8 +1263,8 @@ namespace {
 // and finishes it: refused for a catalog without an id, or one holding more
 // digests than the spec expects.
 template <class Builder>
-auto fill_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
-                       const BloomSpec& spec, Result<Builder> builder, Backend backend)
+auto fill_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version, const BloomSpec& spec,
+                       Result<Builder> builder, Backend backend)
     -> decltype(std::move(*builder).finish()) {
   if (!builder) return std::unexpected(builder.error());
   if (!catalog.catalog_id()) {
@@ -1334,7 +1333,8 @@ Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
   auto at_base = catalog.content_at_version(base.catalog_version());
   if (!at_base) return std::unexpected(at_base.error());
   if (at_base->item_count != base.inserted_item_count() ||
-      (base.info().content_fingerprint && !(*base.info().content_fingerprint == at_base->fingerprint))) {
+      (base.info().content_fingerprint &&
+       !(*base.info().content_fingerprint == at_base->fingerprint))) {
     return fail(ErrorCode::kInvalidArgument,
                 where + ": the catalog's version " + version_text(base.catalog_version()) +
                     " no longer holds what the filter was built from (its history was "
@@ -1356,10 +1356,10 @@ Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
   }
   // The added digests in a filter of the same spec, key and labels, then
   // OR-ed with base's bits: the same positions a build of both sets sets.
-  auto builder = FilterBuilder::create(
-      base.info().spec, BuildOptions{.catalog_version = catalog_version,
-                                     .catalog_id = base.catalog_id(),
-                                     .key = key});
+  auto builder =
+      FilterBuilder::create(base.info().spec, BuildOptions{.catalog_version = catalog_version,
+                                                           .catalog_id = base.catalog_id(),
+                                                           .key = key});
   if (!builder) return std::unexpected(builder.error());
   if (!(builder->info().scheme == base.scheme())) {
     return fail(key ? ErrorCode::kKeyMismatch : ErrorCode::kKeyRequired,
@@ -1381,10 +1381,10 @@ Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
   info.inserted_item_count = base.inserted_item_count() + added->inserted_item_count();
   // The fingerprint of a union of disjoint sets is the sum of theirs; a base
   // without one leaves the result without one (as a merge would).
-  info.content_fingerprint = base.info().content_fingerprint && info.content_fingerprint
-                                 ? std::optional(*base.info().content_fingerprint +
-                                                 *info.content_fingerprint)
-                                 : std::nullopt;
+  info.content_fingerprint =
+      base.info().content_fingerprint && info.content_fingerprint
+          ? std::optional(*base.info().content_fingerprint + *info.content_fingerprint)
+          : std::nullopt;
   return Filter::from_words(info, std::move(words), old_words.size());
 }
 
