@@ -1,5 +1,7 @@
 // Digests, keys, catalog ids, backends and paths from Python objects.
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -50,6 +52,26 @@ Digest digest_item(py::handle item, std::size_t index, const char* what) {
   return digest;
 }
 
+// Raw digests that are hex text: `f.query(line.encode())`, or a file read
+// in 'rb' mode, hands 64 ASCII hex digits where 32 raw bytes are meant, and
+// would be read as two unrelated digests (each answered `absent`, wrongly).
+// A random digest is all hex digits with probability (22/256)^32, below
+// 1e-34, so the first record decides.
+void refuse_hex_text(std::span<const Digest> digests, const char* what) {
+  if (digests.empty()) return;
+  const auto& first = digests.front().bytes;
+  const bool sha256_prefix = std::memcmp(first.data(), "sha256:", 7) == 0 ||
+                             std::memcmp(first.data(), "SHA256:", 7) == 0;
+  const bool all_hex = std::all_of(first.begin(), first.end(), [](std::uint8_t c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+  if (all_hex || sha256_prefix) {
+    invalid_digest(std::string(what) +
+                   ": these bytes are hex text, not raw 32-byte digests; decode them "
+                   "(bytes.fromhex(text), or give the str) or read the file in text mode");
+  }
+}
+
 }  // namespace
 
 DigestInput::~DigestInput() {
@@ -98,6 +120,7 @@ DigestInput digests_from(py::handle object, const char* what) {
     }
     input.span_ = {reinterpret_cast<const Digest*>(array.data()), count};
     input.owner_ = std::move(array);
+    refuse_hex_text(input.span_, what);
     return input;
   }
   if (PyObject_CheckBuffer(object.ptr())) {
@@ -114,6 +137,7 @@ DigestInput digests_from(py::handle object, const char* what) {
                      std::to_string(length - length % Digest::kSize) + ")");
     }
     input.span_ = {static_cast<const Digest*>(view.buf), length / Digest::kSize};
+    refuse_hex_text(input.span_, what);
     return input;
   }
   PyObject* iterator = PyObject_GetIter(object.ptr());

@@ -74,7 +74,10 @@ py::array_t<bool> query(const F& filter, py::handle digests, py::handle out,
 
 template <class F>
 bool might_contain(const F& filter, py::handle digest) {
-  DigestInput input = digests_from(digest, "digest");
+  // One digest: 32 bytes, or a hex str (with or without "sha256:").
+  DigestInput input = PyUnicode_Check(digest.ptr())
+                          ? digests_from(py::make_tuple(digest), "digest")
+                          : digests_from(digest, "digest");
   if (input.size() != 1) {
     raise(ErrorCode::kInvalidDigest, "digest: " + std::to_string(input.size()) +
                                          " digests given; might_contain takes one (use query)");

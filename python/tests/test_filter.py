@@ -380,3 +380,25 @@ def test_builds_and_queries_release_the_gil():
         # Held GIL: the main thread could not tick at all while the call ran
         # (at most a few ticks at its edges).
         assert best > 1000, (best, seconds)
+
+
+def test_hex_text_given_as_bytes_is_refused_not_read_as_two_digests():
+    """`f.query(line.encode())` and a file read in 'rb' mode hand 64 ASCII hex
+    digits where 32 raw bytes are meant: once read as two unrelated digests,
+    both answered absent. Every buffer form is refused with DigestError."""
+    d = members(1_000)
+    f = abf.build(d, 1_000, 0.01)
+    text = d[0].tobytes().hex()
+    for given in (text.encode(), text.upper().encode(), ("sha256:" + text + "x" * 25).encode(),
+                  bytearray(text.encode()), memoryview(text.encode()),
+                  np.frombuffer(text.encode(), np.uint8).reshape(2, 32)):
+        with pytest.raises(abf.DigestError, match="hex text"):
+            f.query(given)
+    # The forms that mean the digest still answer it present; might_contain
+    # takes one digest as a hex str too.
+    assert f.might_contain(text) and f.might_contain("sha256:" + text)
+    assert f.might_contain(bytes.fromhex(text))
+    assert f.query([text, bytes.fromhex(text)]).all()
+    # Raw digests never trip the check (a random digest is all hex digits
+    # with probability below 1e-34).
+    assert f.query(d).all() and f.query(d.tobytes()).all()
