@@ -152,6 +152,10 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
 // Whether `path` starts with the ABFX magic (an exact index).
 bool names_index(const std::string& path) {
   if (path == "-") return false;
+  // Only a regular file is peeked at: opening a FIFO would wait for a
+  // writer (the snapshot loader then refuses anything else at once).
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::string_view(magic, 4) == "ABFX";

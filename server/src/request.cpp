@@ -694,10 +694,10 @@ RequestResult<std::size_t> ChunkedDecoder::feed(std::string_view bytes, std::str
                         "request body exceeds the server's max_body_bytes (" +
                             std::to_string(max_body_) + ")");
         }
-        // Grown by hand, never past the limit (std::string would double).
-        if (body.size() + n > body.capacity()) {
-          body.reserve(std::min(max_body_, std::max(2 * body.capacity(), body.size() + n)));
-        }
+        // Reserved once at the limit: pages are only touched as bytes
+        // arrive, and no reallocation ever holds two copies (doubling
+        // would, up to 1.5x the limit at once).
+        if (body.size() + n > body.capacity()) body.reserve(max_body_);
         body.append(bytes.data() + used, n);
         used += n;
         remaining_ -= n;
