@@ -306,7 +306,7 @@ TEST_F(CliPolishTest, QueryOutputIsReadBackAsInput) {
   EXPECT_EQ(nlohmann::json::parse(build.out)["inserted_item_count"], 250);
   // Only those two words: anything else after a tab is still refused.
   const std::string hex = test::random_digests(1, 8)[0].hex();
-  for (const std::string bad : {hex + "\tpresent", hex + "\tmaybe absent", hex + "\t\tmaybe",
+  for (const std::string& bad : {hex + "\tpresent", hex + "\tmaybe absent", hex + "\t\tmaybe",
                                 "\\" + hex + "\tmaybe", hex + "\tMAYBE"}) {
     write("bad.txt", bad + "\n");
     const CliRun run = abf("query -s c.abf -i bad.txt");

@@ -57,8 +57,8 @@ class DigestError(Error, ValueError):
 
 
 class SnapshotError(Error):
-    """A snapshot or filter-set file breaks a rule of the format
-    (snapshot_*, set_manifest_*, set_shard_*); never used."""
+    """A snapshot, filter-set or exact index file breaks a rule of its format
+    (snapshot_*, set_manifest_*, set_shard_*, index_*); never used."""
 
 
 class FilterKeyError(Error):
@@ -113,6 +113,6 @@ def error_class(code: str) -> type[Error]:
     cls = _BY_CODE.get(code)
     if cls is not None:
         return cls
-    if code.startswith(("snapshot_", "set_")):
+    if code.startswith(("snapshot_", "set_", "index_")):
         return SnapshotError
     return Error
