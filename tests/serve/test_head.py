@@ -36,6 +36,8 @@ def find_missing(session, url, items, tenant="default"):
 class SnapshotOlderThanCatalog(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="abf-serve-head-")
+        # Removed even when setUp fails below (tearDown would not run).
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)
         self.catalog.build()  # version 1
@@ -158,6 +160,8 @@ class Follow(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="abf-serve-follow-")
+        # Removed even when setUp fails below (tearDown would not run).
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)
         self.catalog.build()  # version 1
@@ -221,6 +225,8 @@ class CatalogRewrittenUnderTheServer(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="abf-serve-rewrite-")
+        # Removed even when setUp fails below (tearDown would not run).
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)
         self.catalog.build()  # version 1

@@ -55,6 +55,8 @@ def readyz(session, server):
 class ServeWithIndex(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="abf-serve-index-")
+        # Removed even when setUp fails below (tearDown would not run).
+        self.addCleanup(shutil.rmtree, self.dir, True)
         # A filter with many false positives, so that the index answers many
         # maybes (an fpp of 0.3 leaves ~900 of the 3,000 absent digests maybe).
         self.catalog = support.Catalog(self.dir, expected_items=4000, fpp=0.3)
