@@ -4,6 +4,8 @@
 #   1. batch throughput: 64 Ki-digest binary batches, 99% missing, against the
 #      in-process ArtifactExistenceService::exists_batch on the same catalog,
 #      snapshot and batch in the same run (abf_serve_inprocess);
+#   1b. the same batches half present, through SQLite and through an exact index
+#      (--index, abf index) answering the filter's maybes;
 #   2. single-blob HEAD (and GET) with keep-alive at 1, 16 and 256 connections;
 #   3. memory per tenant and per connection (RSS from /proc).
 # Every throughput figure is the median of RUNS runs of SECONDS seconds.
@@ -40,6 +42,10 @@ for i in range(65536):
     label = b"member:%d" % (i * 7919 % 1000000) if i % 100 == 0 else b"candidate:%d" % i
     batch.append(hashlib.sha256(label).digest())
 open("batch.bin", "wb").write(b"".join(batch))
+# The same size of batch with every other digest a member (backups, pushes).
+half = [hashlib.sha256(b"member:%d" % (i * 7919 % 1000000) if i % 2 == 0 else b"candidate:%d" % i).digest()
+        for i in range(65536)]
+open("batch50.bin", "wb").write(b"".join(half))
 # 1,000 blob paths for HEAD, 99% missing.
 with open("paths.txt", "w") as out:
     for i in range(1000):
@@ -49,12 +55,16 @@ EOF
 "$abf" catalog init --db c.db >/dev/null
 "$abf" catalog add --db c.db --input members.txt >/dev/null
 "$abf" build --from-catalog c.db --expected-items 1000000 --fpp 0.01 --output c.abf >/dev/null
+"$abf" index --db c.db --output c.abfx 2>/dev/null
 
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 # Starts abf serve with "$@"; sets server_pid and server_url.
 start_server() {
-  "$abf" serve --listen 127.0.0.1:0 "$@" >ready.txt 2>server.log &
+  rm -f ready.txt  # a stale one from the last server would be read before the new one is written
+  local listen=(--listen 127.0.0.1:0)
+  [[ ${1:-} == --config ]] && listen=()  # the config file names its own address
+  "$abf" serve "${listen[@]}" "$@" >ready.txt 2>server.log &
   server_pid=$!
   pids+=("$server_pid")
   for _ in $(seq 1 200); do
@@ -119,10 +129,38 @@ echo "  server RSS after the batches: $(rss_kib "$server_pid") KiB"
 stop_server
 
 echo
+echo "== batch throughput, half present: 65,536-digest binary batches, every other one a member"
+echo "   (abf_serve_load, median of $runs x ${seconds}s), the maybes answered by SQLite or by the index"
+for store in sqlite index; do
+  if [[ $store == index ]]; then
+    start_server --snapshot c.abf --db c.db --http-threads 300 --index c.abfx
+  else
+    start_server --snapshot c.abf --db c.db --http-threads 300
+  fi
+  for connections in 1 2 4; do
+    rates=()
+    for _ in $(seq 1 "$runs"); do
+      rates+=("$("$load" batch "$server_address" /v1/default/find-missing batch50.bin "$connections" "$seconds" |
+                json_field digests_per_second)")
+    done
+    r=$(printf '%s\n' "${rates[@]}" | median)
+    awk -v s="$store" -v n="$connections" -v r="$r" 'BEGIN {
+      printf "  %s, %d connection(s): %.2f M digests/s\n", s, n, r / 1e6 }'
+  done
+  stop_server
+done
+
+echo
 echo "== single blob, keep-alive, 99% missing (median of $runs x ${seconds}s): HEAD with"
 echo "   abf_serve_load, GET with wrk -t2 (wrk 4.1 waits for a body after a HEAD answer's Content-Length)"
 for level in info warn; do
-  start_server --snapshot c.abf --db c.db --http-threads 300 --log-level "$level"
+  # 256 connections from one address: above the default cap of 128 a client.
+  cat >serve-$level.json <<EOF
+{"listen": "127.0.0.1:0", "http_threads": 300, "log_level": "$level",
+ "tenants": [{"name": "default", "snapshot": "c.abf", "db": "c.db"}],
+ "limits": {"max_connections_per_client": 512}}
+EOF
+  start_server --config "serve-$level.json"
   for connections in 1 16 256; do
     rows=()
     for _ in $(seq 1 "$runs"); do
