@@ -14,13 +14,103 @@ Outputs go to a temporary folder beside DIR's files' filesystem (TMPDIR).
 --index adds `dedup --index c.abfx` (DIR/c.abfx, from `abf index --db c.db`),
 --exact-only adds `dedup --exact-only` (SQLite for every candidate, slow);
 every dedup's output of one input must be byte-identical, or the run fails.
+--serve adds `abf serve` (one tenant: c.db, c.abf, and c.abfx with --index)
+answering the same candidates as 65,536-digest binary batches over one
+keep-alive connection (`POST /v1/default/find-missing`): the wall time from
+the first request to the last answer, the server's CPU time over the same
+span, and the missing digests, which must be dedup's new ones (as a set:
+dedup writes each once). --json FILE writes every run's times; --plot FILE
+draws the medians (matplotlib, PNG).
 """
 import argparse
+import http.client
+import json
 import os
 import statistics
 import subprocess
 import tempfile
 import time
+
+
+SERVE_BATCH = 65536
+
+
+def process_cpu(pid):
+    """User + system seconds of a running process (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    """abf serve on 127.0.0.1 (an OS-chosen port), stopped on exit."""
+
+    def __init__(self, abf, db, snapshot, index, workdir):
+        argv = [abf, "serve", "--listen", "127.0.0.1:0", "--db", db, "--snapshot", snapshot,
+                "--log-level", "warn"]
+        if index:
+            argv += ["--index", index]
+        self.log = open(os.path.join(workdir, "serve.log"), "wb")
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"abf serve did not start: see {self.log.name}")
+        host, port = json.loads(line)["http"].rsplit(":", 1)
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=600)
+
+    def find_missing(self, candidates):
+        """(wall s, server CPU s, the missing digests as a set of bytes)."""
+        data = open(candidates, "rb").read()
+        missing = set()
+        cpu_before = process_cpu(self.process.pid)
+        start = time.monotonic()
+        for offset in range(0, len(data), 32 * SERVE_BATCH):
+            self.connection.request("POST", "/v1/default/find-missing",
+                                    body=data[offset:offset + 32 * SERVE_BATCH],
+                                    headers={"Content-Type": "application/octet-stream"})
+            response = self.connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise SystemExit(f"abf serve answered {response.status}: {body[:200]!r}")
+            missing.update(body[i:i + 32] for i in range(0, len(body), 32))
+        wall = time.monotonic() - start
+        return wall, process_cpu(self.process.pid) - cpu_before, missing
+
+    def close(self):
+        self.connection.close()
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+def new_digests(path):
+    with open(path) as lines:
+        return {bytes.fromhex(line.strip()) for line in lines if line.strip()}
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    figure, axes = plt.subplots(1, len(names), figsize=(6.4 * len(names), 4.2), squeeze=False)
+    for axis, name in zip(axes[0], names):
+        rows = results[name]["commands"]
+        labels = list(rows)
+        walls = [statistics.median(rows[c]["wall_s"]) for c in labels]
+        cpus = [statistics.median(rows[c]["cpu_s"]) for c in labels]
+        y = range(len(labels))
+        axis.barh([i + 0.2 for i in y], walls, height=0.4, label="wall")
+        axis.barh([i - 0.2 for i in y], cpus, height=0.4, label="CPU (user + sys)")
+        axis.set_yticks(list(y), labels, fontsize=8)
+        axis.invert_yaxis()
+        axis.set_xscale("log")
+        axis.set_xlabel("seconds (median, log scale)")
+        axis.set_title(f"{name}: {results[name]['candidates']:,} candidates", fontsize=10)
+        axis.legend(fontsize=8)
+    figure.suptitle(results[names[0]]["machine"], fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
 
 
 def timed(argv, stdout):
@@ -43,7 +133,16 @@ def main():
     parser.add_argument("--inputs", default="c99.bin,c50.bin")
     parser.add_argument("--index", action="store_true", help="also time dedup --index c.abfx")
     parser.add_argument("--exact-only", action="store_true", help="also time dedup --exact-only")
+    parser.add_argument("--serve", action="store_true",
+                        help="also time abf serve on the same candidates (with c.abfx if --index)")
+    parser.add_argument("--json", help="write every run's times to this file")
+    parser.add_argument("--plot", help="draw the medians into this PNG")
     args = parser.parse_args()
+    machine = (f"{os.cpu_count()} CPUs, "
+               + next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                       if line.startswith("model name")), "unknown CPU")
+               + f", load {os.getloadavg()[0]:.1f} at the start")
+    results = {}
 
     binaries = [("", args.abf)] + ([("base ", args.base)] if args.base else [])
     with tempfile.TemporaryDirectory(prefix="abf-e2e-") as out:
@@ -78,6 +177,14 @@ def main():
                          [abf, "dedup", "-s", snapshot, "--exact-only", "--db", db, "-f", "bin",
                           "-i", candidates, "-o", os.path.join(out, "new-exact.txt")], None))
             times = {label: ([], []) for label, _, _ in commands}
+            servers = []
+            if args.serve:
+                index = os.path.join(args.data, "c.abfx") if args.index else None
+                for use_index in ([False, True] if index else [False]):
+                    label = "serve, 64 Ki batches" + (" --index" if use_index else " (SQLite)")
+                    servers.append((label, Server(args.abf, db, snapshot,
+                                                  index if use_index else None, out)))
+                    times[label] = ([], [])
             for _ in range(args.runs):
                 for label, argv, stdout_path in commands:
                     if stdout_path:
@@ -93,6 +200,23 @@ def main():
                 contents = {open(f, "rb").read() for f in outputs}
                 if len(contents) != 1:
                     raise SystemExit(f"{name}: the dedup outputs differ: {outputs}")
+                if servers:
+                    expected = new_digests(outputs[0])
+                    for label, server in servers:
+                        wall, cpu, missing = server.find_missing(candidates)
+                        if missing != expected:
+                            raise SystemExit(f"{name}: {label} answered {len(missing)} missing "
+                                             f"digests, dedup {len(expected)} new ones")
+                        times[label][0].append(wall)
+                        times[label][1].append(cpu)
+            for _, server in servers:
+                server.close()
+            results[name] = {
+                "machine": machine, "runs": args.runs,
+                "candidates": os.path.getsize(candidates) // 32,
+                "commands": {command: {"wall_s": walls, "cpu_s": cpus}
+                             for command, (walls, cpus) in times.items()},
+            }
             print(f"\n{name}: median of {args.runs} runs")
             print(f"| command | wall s | CPU s (user+sys) | wall / query -o | CPU / query -o |")
             print("|---|---|---|---|---|")
@@ -107,6 +231,11 @@ def main():
                     cpu = statistics.median(cpus)
                     print(f"| {command} | {wall:.3f} | {cpu:.3f} | {wall / ref_wall:.2f}x | "
                           f"{cpu / ref_cpu:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=1)
+    if args.plot:
+        plot(results, args.plot)
 
 
 if __name__ == "__main__":
