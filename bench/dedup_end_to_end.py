@@ -6,6 +6,7 @@
                               [--index] [--exact-only]
 
 DIR holds c.abf (a snapshot of the catalog c.db) and candidate files
+(bench/dedup_data.sh BUILD_DIR N DIR makes them)
 c99.bin / c50.bin (32-byte records). Each command runs --runs times, the
 commands interleaved (so a burst of load on a shared machine hits them all),
 and the table gives the median wall time and the median CPU time (user +
