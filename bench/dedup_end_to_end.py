@@ -6,8 +6,8 @@
                               [--index] [--exact-only]
 
 DIR holds c.abf (a snapshot of the catalog c.db) and candidate files
-(bench/dedup_data.sh BUILD_DIR N DIR makes them)
-c99.bin / c50.bin (32-byte records). Each command runs --runs times, the
+c99.bin / c50.bin (32-byte records); `bench/dedup_data.sh BUILD_DIR N DIR`
+makes them. Each command runs --runs times, the
 commands interleaved (so a burst of load on a shared machine hits them all),
 and the table gives the median wall time and the median CPU time (user +
 system, from wait4) of each, and dedup's ratio to `query -o answers.txt`.
