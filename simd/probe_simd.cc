@@ -1,4 +1,4 @@
-// The Highway batch probe engine (abf::simd in engines.hpp): one binary,
+// The Highway batch probe engine (abf::simd, declared in core/src/kernels.hpp): one binary,
 // compiled for every target in hwy_targets.h, dispatched at run time to the
 // best one this CPU supports. Layout after hwy/examples/skeleton.cc (1.0.3).
 #include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file

@@ -52,9 +52,11 @@ struct FilterAccess;
 class Filter {
  public:
   // Wraps a finished bitset. Checks that the info is self-consistent (a
-  // scheme made by its factories, (m, k) the layout section 3 chooses for
-  // the spec, inserted <= expected) and that `words` holds bit_count / 64
-  // words; kInvalidArgument otherwise.
+  // well-formed layout: m and k within section 3's bounds; n and p in range;
+  // inserted <= expected) and that `words` holds bit_count / 64 words;
+  // kInvalidArgument otherwise. It does not check that (m, k) is the layout
+  // section 3 chooses for the spec: loading a snapshot does that
+  // (snapshot.cpp), and tests build filters of other layouts here.
   static Result<Filter> from_words(const FilterInfo& info,
                                    std::shared_ptr<const std::uint64_t> words,
                                    std::size_t word_count);
