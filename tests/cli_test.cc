@@ -1129,6 +1129,7 @@ TEST_F(CliTest, DemoJsonTimesThreeWaysOfDedupThatAgree) {
   ASSERT_EQ(ways.size(), 3u) << run.out;
   const std::vector<std::string> names = {"exact_only", "filter_sqlite", "filter_index"};
   const double baseline = ways[0]["wall_seconds"].get<double>();
+  const double cpu_baseline = ways[0]["cpu_seconds"].get<double>();
   for (std::size_t w = 0; w < ways.size(); ++w) {
     const nlohmann::json& way = ways[w];
     const nlohmann::json& stats = way["stats"];
@@ -1145,6 +1146,9 @@ TEST_F(CliTest, DemoJsonTimesThreeWaysOfDedupThatAgree) {
     EXPECT_NEAR(way["ns_per_digest"].get<double>(), wall / kItems * 1e9, 1e-6 * wall * 1e9);
     EXPECT_NEAR(way["speedup_over_exact_only"].get<double>(), baseline / wall,
                 1e-9 * baseline / wall);
+    EXPECT_NEAR(way["cpu_speedup_over_exact_only"].get<double>(),
+                cpu_baseline / way["cpu_seconds"].get<double>(),
+                1e-9 * cpu_baseline / way["cpu_seconds"].get<double>());
     // The whole job: at least the part bulk_dedup times itself.
     EXPECT_GE(wall, stats["seconds"].get<double>());
   }
@@ -1177,8 +1181,9 @@ TEST_F(CliTest, DemoPrintsTheThreeWaysOfDedupSideBySide) {
   const CliRun run = abf("demo --items 2999 --fpp 0.01 --threads 1");
   ASSERT_EQ(run.status, 0) << run.err;
   for (const char* needle :
-       {"wall s    CPU s   ns/digest   speedup", "  SQLite only  ", "  filter + SQLite  ",
-        "  filter + index  ", "1 thread", "2,999 SQLite\n", " index, 0 SQLite\n",
+       {"wall s  speedup     CPU s  speedup   ns/digest   exact lookups", "  SQLite only  ",
+        "  filter + SQLite  ", "  filter + index  ", "1 thread", "2,999 SQLite\n",
+        " index, 0 SQLite\n",
         "same output   yes: 2,969, 2,969 and 2,969 new digests (2,969 "
         "expected), the three files byte for byte equal"}) {
     EXPECT_NE(run.out.find(needle), std::string::npos) << needle << "\n" << run.out;
