@@ -189,15 +189,20 @@ int run_dedup_demo(std::ostream* text, nlohmann::ordered_json& json, std::uint64
   double load = 0;
   const bool have_load = ::getloadavg(&load, 1) == 1;
   std::array<Timed, kWays.size()> timed;
+  // The answers: each output byte for byte against the first (kept in
+  // memory; each file is removed once read, so the folder holds one at most).
+  std::optional<std::string> first;
+  bool same = true;
   for (std::size_t w = 0; w < kWays.size(); ++w) {
     const Way& way = kWays[w];
+    const auto output_path = dir.path / (std::string("new-") + way.key + ".txt");
     DedupJob job{
         .snapshot = snapshot_path.string(),
         .index = way.index ? index_path.string() : std::string(),
         .db = db_path.string(),
         .input = candidates_path.string(),
         .format = InputFormat::kBinary,
-        .output = (dir.path / (std::string("new-") + way.key + ".txt")).string(),
+        .output = output_path.string(),
         .backend = *backend,
         .load_options = {},
         .exact_only = way.exact_only,
@@ -213,14 +218,10 @@ int run_dedup_demo(std::ostream* text, nlohmann::ordered_json& json, std::uint64
                 .cpu = cpu_seconds() - cpu_start,
                 .stats = std::move(outcome->stats),
                 .written = outcome->written};
-  }
 
-  // The answers: the three outputs byte for byte, and the count expected.
-  std::optional<std::string> first;
-  bool same = true;
-  for (const Way& way : kWays) {
-    auto bytes = read_whole(dir.path / (std::string("new-") + way.key + ".txt"));
+    auto bytes = read_whole(output_path);
     if (!bytes) return report(kCommand, bytes.error());
+    std::filesystem::remove(output_path, ec);
     if (!first) {
       first = std::move(*bytes);
     } else {
