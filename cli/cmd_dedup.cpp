@@ -1,34 +1,19 @@
 // abf dedup: the bulk dedup job. Prints the input digests that are not in the
 // catalog at the snapshot's version; the filter proves most of them absent,
-// and only its `Maybe` answers cost a SQLite lookup. Also the second part of
-// `abf demo` (dedup_demo.hpp).
-#include <stdlib.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <iostream>
+// and only its `Maybe` answers cost a SQLite lookup. The job itself is
+// run_dedup_job (dedup_job.hpp), which `abf demo` times too.
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
-#include <vector>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
-#include "abf/service/exact_index.hpp"
 #include "abf/service/service.hpp"
-#include "abf/service/sqlite_catalog.hpp"
 #include "command.hpp"
 #include "common.hpp"
-#include "dedup_demo.hpp"
-#include "distinct.hpp"
+#include "dedup_job.hpp"
 
 namespace abf::cli {
 namespace {
@@ -49,47 +34,6 @@ struct DedupOptions {
   unsigned threads = 0;
   int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
-
-constexpr std::size_t kHexLine = 65;  // 64 hex digits and '\n'
-
-// The counts. total = new + repeats + present: `new` digests are written
-// once each, `repeats` are later occurrences of one already written.
-nlohmann::ordered_json stats_json(const service::DedupReport& report, bool filter_used,
-                                  std::uint64_t written,
-                                  const service::IndexedRepository* indexed) {
-  const service::BatchCounts& c = report.counts;
-  const std::uint64_t absent = c.total - c.present;
-  nlohmann::ordered_json json = {
-      {"catalog_version", report.catalog_version},
-      {"snapshot_version", report.lag.snapshot_version},
-      {"filter", filter_used},
-      {"total", c.total},
-      {"new", written},
-      {"repeats", absent - written},
-      {"present", c.present},
-      {"negative", c.negative},
-      {"maybe", c.maybe},
-      {"false_positives", c.false_positive},
-      {"lag_versions", report.lag.versions_behind},
-      {"lag_digests_added", report.lag.digests_added},
-      {"head_lookups", c.head_lookups},
-      {"head_present", c.head_present},
-      {"exact_lookups", c.exact_lookups},
-      {"exact_lookups_avoided", c.lookups_avoided()},
-      {"negative_bypass_ratio", c.negative_bypass_ratio()},
-      {"observed_false_positive_rate", c.observed_false_positive_rate()},
-      {"false_discovery_ratio", c.false_discovery_ratio()},
-      {"seconds", report.seconds},
-  };
-  if (indexed != nullptr) {
-    // exact_lookups = index_lookups (answered in memory) + store_lookups (SQLite).
-    const auto counts = indexed->counts();
-    json["index_version"] = indexed->index().catalog_version();
-    json["index_lookups"] = counts.index_lookups;
-    json["store_lookups"] = counts.store_lookups;
-  }
-  return json;
-}
 
 int run_dedup(const DedupOptions& options) {
   if (options.snapshot == "-" && options.input == "-") {
@@ -120,85 +64,34 @@ int run_dedup(const DedupOptions& options) {
   auto key = key_from_option(options.key_file);
   if (!key) return report("dedup", key.error());
 
-  service::CatalogOpenOptions open_options;
-  open_options.read_only = true;  // dedup never changes the catalog
-  open_options.busy_timeout_ms = options.busy_timeout_ms;
-  auto catalog = service::SqliteCatalog::open(options.db, open_options);
-  if (!catalog) return report("dedup", catalog.error());
-  // The publisher is bound to the catalog: a snapshot of another catalog,
-  // or of none, or one that does not hold what the catalog holds at its
-  // version (or of a version the catalog lacks), is refused before any input
-  // is read or output written (PROTOCOL.md section 8).
-  // --index: the exact answers come from the index (checked against the
-  // catalog like a snapshot, before any input is read), with SQLite behind
-  // it for what changed after the index's version. The publisher and the
-  // service share that one store, so the snapshot is checked once.
-  std::optional<service::IndexedRepository> indexed;
-  if (!options.index.empty()) {
-    auto index = [&] {
-      const Activity activity("loading " + options.index);
-      return Index::load(options.index);
-    }();
-    if (!index) return report("dedup", index.error());
-    if (auto bound = service::check_index_binding(*index, options.index, *catalog); !bound) {
-      return report("dedup", bound.error());
-    }
-    indexed.emplace(*catalog, std::move(*index), options.head_cache_digests);
-  }
-  service::ArtifactRepository& store =
-      indexed ? static_cast<service::ArtifactRepository&>(*indexed) : *catalog;
-  service::Metrics metrics;
-  service::SnapshotPublisher publisher(&metrics, store);
-  LoadOptions load_options;
-  load_options.key = std::move(*key);
-  auto snapshot = [&]() -> Result<std::shared_ptr<const service::Snapshot>> {
-    if (options.snapshot != "-") return publisher.load_and_publish(options.snapshot, load_options);
-    auto filter = load_set_argument(options.snapshot, load_options);
-    if (!filter) return std::unexpected(filter.error());
-    return publisher.publish(std::move(*filter), "<stdin>");
-  }();
-  if (!snapshot) return report("dedup", snapshot.error());
-  const std::uint64_t version = (*snapshot)->catalog_version();
-  auto reader = DigestReader::open(options.input, *format);
-  if (!reader) return report("dedup", reader.error());
-  auto output = DataOutput::create(options.output);
-  if (!output) return report("dedup", output.error());
+  DedupJob job{
+      .snapshot = options.snapshot,
+      .index = options.index,
+      .db = options.db,
+      .input = options.input,
+      .format = *format,
+      .output = options.output,
+      .backend = *backend,
+      .load_options = {},
+      .exact_only = options.exact_only,
+      .head_cache_digests = options.head_cache_digests,
+      .busy_timeout_ms = options.busy_timeout_ms,
+  };
+  job.load_options.key = std::move(*key);
+  auto outcome = run_dedup_job(std::move(job));
+  if (!outcome) return report("dedup", outcome.error());
+  const nlohmann::ordered_json& json = outcome->stats;
+  const service::DedupReport& result = outcome->report;
 
-  service::ServiceOptions service_options;
-  service_options.use_filter = !options.exact_only;
-  service_options.backend = *backend;
-  service_options.head_cache_digests = options.head_cache_digests;
-  const service::ArtifactExistenceService service(publisher, store, &metrics, service_options);
-  std::string text;  // only grows: never cleared nor filled twice
-  // Each new digest once, at its first occurrence: the set holds the
-  // digests written so far (never the present ones), in input order, its
-  // table sized for the whole input when the input is a file.
-  DigestSet written;
-  constexpr std::uint64_t kReserveAtMost = std::uint64_t{1} << 24;  // a 256 MiB table
-  written.reserve(static_cast<std::size_t>(
-      std::min(reader->size_hint() / (*format == InputFormat::kBinary ? Digest::kSize : kHexLine),
-               kReserveAtMost)));
-  Progress progress("dedup", reader->size_hint(), "bytes");
-  auto result = service::bulk_dedup(service, *reader, [&](std::span<const Digest> absent) {
-    const std::size_t first = written.size();
-    const std::size_t added = written.insert(absent);
-    if (text.size() < added * kHexLine) text.resize(added * kHexLine);
-    char* out = text.data();
-    for (std::size_t i = first; i < first + added; ++i) out = write_hex_line(written[i], out);
-    progress.update(reader->bytes_read());
-    return output->write(std::string_view(text.data(), added * kHexLine));
-  });
-  if (!result) return report("dedup", result.error());
-
-  const auto json =
-      stats_json(*result, !options.exact_only, written.size(), indexed ? &*indexed : nullptr);
   if (!options.stats_json.empty()) {
     auto file = AtomicFile::create(options.stats_json);
     if (!file) return report("dedup", file.error());
     if (auto wrote = file->write(json_text(json)); !wrote) return report("dedup", wrote.error());
     if (auto done = file->commit(); !done) return report("dedup", done.error());
   }
-  if (auto committed = output->commit(); !committed) return report("dedup", committed.error());
+  if (auto committed = outcome->output.commit(); !committed) {
+    return report("dedup", committed.error());
+  }
   // The counts: on stderr when stdout has the digests (the default).
   const bool stdout_has_data = options.output == "-" || options.stats_json == "-";
   std::string counts;
@@ -206,15 +99,15 @@ int run_dedup(const DedupOptions& options) {
     counts = json_text(json);
   } else {
     std::ostringstream out;
-    out << "abf dedup: catalog version " << result->catalog_version << ", "
+    out << "abf dedup: catalog version " << result.catalog_version << ", "
         << (options.exact_only ? "exact store only" : "filter in front")
-        << (indexed ? ", index of version " + std::to_string(indexed->index().catalog_version())
-                    : std::string())
-        << ", " << result->seconds << " s\n";
-    if (result->lag.versions_behind != 0) {
-      out << "  snapshot of version " << version << ", behind the catalog by "
-          << counted(result->lag.versions_behind, "version") << " and "
-          << counted(result->lag.digests_added, "added digest")
+        << (outcome->index_version ? ", index of version " + std::to_string(*outcome->index_version)
+                                   : std::string())
+        << ", " << result.seconds << " s\n";
+    if (result.lag.versions_behind != 0) {
+      out << "  snapshot of version " << outcome->snapshot_version << ", behind the catalog by "
+          << counted(result.lag.versions_behind, "version") << " and "
+          << counted(result.lag.digests_added, "added digest")
           << ":\n  its absent answers were checked against those (a snapshot"
              " rebuilt with abf build --from-catalog needs no such check)\n";
     }
@@ -313,136 +206,7 @@ Command add_dedup_command(CLI::App& root) {
   return {app, [options] { return run_dedup(*options); }};
 }
 
-// ---------------------------------------------------------------------------
-// The demo.
-
-std::string fixed(double value, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
-struct TempDir {
-  std::filesystem::path path;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
 }  // namespace
-
-int run_dedup_demo(std::ostream& out, std::uint64_t size) {
-  const std::uint64_t kCatalogSize = size;
-  const std::uint64_t kCandidates = size;
-  constexpr std::uint64_t kKnownEvery = 100;  // 1% of the candidates are in the catalog
-  constexpr double kFpp = 0.01;
-  const char* command = "demo";
-
-  TempDir dir;
-  {
-    std::string pattern = (std::filesystem::temp_directory_path() / "abf-dedup-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return report(command, Error{ErrorCode::kIo, "cannot create a temporary directory"});
-    }
-    dir.path = pattern;
-  }
-  const auto db_path = dir.path / "catalog.db";
-  const auto snapshot_path = dir.path / "catalog.abf";
-
-  out << "\nPart 2: bulk dedup against the exact store, a SQLite catalog\n";
-  const std::vector<Digest> members = generate_digests("catalog:", kCatalogSize);
-  auto start = std::chrono::steady_clock::now();
-  auto catalog = service::SqliteCatalog::create(db_path);
-  if (!catalog) return report(command, catalog.error());
-  auto added = catalog->add(members);
-  if (!added) return report(command, added.error());
-  std::error_code ec;
-  out << "  catalog       " << counted(kCatalogSize, "digest")
-      << " SHA-256(\"catalog:<i>\") as version " << added->version << ", written in "
-      << fixed(seconds_since(start), 2) << " s ("
-      << with_commas(std::filesystem::file_size(db_path, ec)) << " bytes of SQLite)\n";
-
-  start = std::chrono::steady_clock::now();
-  auto filter = service::build_filter_from_catalog(
-      *catalog, added->version, BloomSpec{.expected_item_count = kCatalogSize, .target_fpp = kFpp});
-  if (!filter) return report(command, filter.error());
-  if (auto saved = save_snapshot(*filter, snapshot_path); !saved)
-    return report(command, saved.error());
-  service::Metrics metrics;
-  service::SnapshotPublisher publisher(&metrics, *catalog);
-  auto published = publisher.load_and_publish(snapshot_path);
-  if (!published) return report(command, published.error());
-  out << "  snapshot      catalog version " << filter->catalog_version()
-      << ", m = " << with_commas(filter->bit_count()) << " bits, k = " << filter->hash_count()
-      << ", fpp " << kFpp << ": built from the catalog, saved and published in "
-      << fixed(seconds_since(start), 2) << " s\n";
-
-  // Candidates: every 100th is a catalog member, the rest are new.
-  std::string candidates(kCandidates * Digest::kSize, '\0');
-  {
-    const std::vector<Digest> fresh = generate_digests("candidate:", kCandidates);
-    for (std::uint64_t i = 0; i < kCandidates; ++i) {
-      const Digest& digest =
-          i % kKnownEvery == 0 ? members[(i / kKnownEvery * 7919) % kCatalogSize] : fresh[i];
-      std::memcpy(candidates.data() + i * Digest::kSize, digest.bytes.data(), Digest::kSize);
-    }
-  }
-  out << "  candidates    " << with_commas(kCandidates) << ", of which "
-      << with_commas(kCandidates - kCandidates / kKnownEvery) << " new (99%)\n";
-
-  struct Run {
-    service::DedupReport report;
-    std::vector<Digest> absent;
-  };
-  const auto run = [&](bool use_filter) -> Result<Run> {
-    service::ServiceOptions options;
-    options.use_filter = use_filter;
-    const service::ArtifactExistenceService service(publisher, *catalog, &metrics, options);
-    auto reader = DigestReader::from_memory(candidates, InputFormat::kBinary, "candidates");
-    Run result;
-    result.absent.reserve(kCandidates);
-    auto report =
-        service::bulk_dedup(service, reader, [&](std::span<const Digest> absent) -> Result<void> {
-          result.absent.insert(result.absent.end(), absent.begin(), absent.end());
-          return {};
-        });
-    if (!report) return std::unexpected(report.error());
-    result.report = *report;
-    return result;
-  };
-  auto filtered = run(true);
-  if (!filtered) return report(command, filtered.error());
-  auto exact = run(false);
-  if (!exact) return report(command, exact.error());
-
-  const service::BatchCounts& f = filtered->report.counts;
-  const service::BatchCounts& e = exact->report.counts;
-  out << "  with filter   " << fixed(filtered->report.seconds, 3)
-      << " s: " << with_commas(f.negative) << " proved absent by the filter, "
-      << with_commas(f.maybe) << " maybe -> " << with_commas(f.exact_lookups) << " SQLite lookups ("
-      << fixed(100.0 * static_cast<double>(f.exact_lookups) / static_cast<double>(f.total), 2)
-      << "% of candidates), " << with_commas(f.false_positive) << " false positives\n";
-  out << "                negative_bypass_ratio " << fixed(f.negative_bypass_ratio(), 4)
-      << ", observed_false_positive_rate " << fixed(f.observed_false_positive_rate(), 5)
-      << " (resolution ~"
-      << fixed(1.0 / std::sqrt(static_cast<double>(f.negative + f.false_positive) * kFpp) * 100, 1)
-      << "% relative), false_discovery_ratio " << fixed(f.false_discovery_ratio(), 4) << "\n";
-  out << "  SQLite only   " << fixed(exact->report.seconds, 3)
-      << " s: " << with_commas(e.exact_lookups) << " SQLite lookups\n";
-  const bool same = filtered->absent == exact->absent;
-  out << "  same output   " << (same ? "yes" : "NO") << ": " << with_commas(filtered->absent.size())
-      << " new digests either way\n";
-  const double saved_seconds = exact->report.seconds - filtered->report.seconds;
-  out << "  saved         " << with_commas(e.exact_lookups - f.exact_lookups)
-      << " SQLite lookups avoided, " << fixed(saved_seconds, 3) << " s saved ("
-      << fixed(exact->report.seconds / filtered->report.seconds, 1) << "x faster)\n";
-  if (!same) {
-    return report(command, Error{ErrorCode::kInvalidArgument,
-                                 "the filtered dedup disagrees with the exact store (a bug)"});
-  }
-  return kExitOk;
-}
 
 ABF_REGISTER_COMMAND(65, add_dedup_command);
 

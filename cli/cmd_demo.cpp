@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
 #include "command.hpp"
@@ -29,7 +32,17 @@ struct DemoOptions {
   std::string output;
   unsigned threads = 0;
   bool skip_dedup = false;
+  bool json = false;
 };
+
+// printf to stdout, unless the demo prints JSON instead (`quiet`).
+__attribute__((format(printf, 2, 3))) void say(bool quiet, const char* format, ...) {
+  if (quiet) return;
+  std::va_list arguments;
+  va_start(arguments, format);
+  std::vprintf(format, arguments);
+  va_end(arguments);
+}
 
 // Median seconds of `repetitions` runs of a batch query.
 Result<double> time_query(const Filter& filter, const std::vector<Digest>& digests,
@@ -53,27 +66,36 @@ int run_demo(const DemoOptions& options) {
     return report_spec("demo", layout.error());
   }
   const unsigned threads = apply_threads(options.threads);
-  std::printf("abf demo: %s SHA-256(\"member:<i>\"), n = %s, p = %g\n",
-              counted(options.items, "member digest").c_str(), with_commas(options.items).c_str(),
-              options.fpp);
+  const bool quiet = options.json;  // --json: one object at the end, no steps
+  say(quiet, "abf demo: %s SHA-256(\"member:<i>\"), n = %s, p = %g\n",
+      counted(options.items, "member digest").c_str(), with_commas(options.items).c_str(),
+      options.fpp);
 
   auto start = std::chrono::steady_clock::now();
   const auto members = generate_digests("member:", options.items);
   const auto absent = generate_digests("non-member:", options.items);
-  std::printf("generated           %s and %s in %.2f s\n",
-              counted(members.size(), "member").c_str(),
-              counted(absent.size(), "absent candidate").c_str(), seconds_since(start));
+  const double generate_seconds = seconds_since(start);
+  say(quiet, "generated           %s and %s in %.2f s\n", counted(members.size(), "member").c_str(),
+      counted(absent.size(), "absent candidate").c_str(), generate_seconds);
 
   start = std::chrono::steady_clock::now();
   auto built = build_filter(members, BloomSpec{options.items, options.fpp}, 0);
   if (!built) return report("demo", built.error());
   const double build_seconds = seconds_since(start);
-  std::printf("layout              m = %s bits (%.2f MiB), k = %u\n",
-              with_commas(built->bit_count()).c_str(),
-              static_cast<double>(built->bit_count()) / 8 / 1048576, built->hash_count());
-  std::printf("build               %.3f s, %s digests (%s, %u threads)\n", build_seconds,
-              si_rate(static_cast<double>(members.size()) / build_seconds).c_str(),
-              simd_target_name().c_str(), threads);
+  nlohmann::ordered_json json = {
+      {"items", options.items},
+      {"fpp", options.fpp},
+      {"threads", threads},
+      {"simd_target", simd_target_name()},
+      {"generate_seconds", generate_seconds},
+      {"build_seconds", build_seconds},
+  };
+  say(quiet, "layout              m = %s bits (%.2f MiB), k = %u\n",
+      with_commas(built->bit_count()).c_str(),
+      static_cast<double>(built->bit_count()) / 8 / 1048576, built->hash_count());
+  say(quiet, "build               %.3f s, %s digests (%s, %u threads)\n", build_seconds,
+      si_rate(static_cast<double>(members.size()) / build_seconds).c_str(),
+      simd_target_name().c_str(), threads);
 
   // Save and reload: the queries below run on the validated snapshot.
   std::filesystem::path path = options.output;
@@ -89,11 +111,15 @@ int run_demo(const DemoOptions& options) {
   if (auto saved = save_snapshot(*built, path); !saved) return report("demo", saved.error());
   auto filter = load_snapshot(path);
   if (!filter) return report("demo", filter.error());
-  std::printf(
+  say(quiet,
       "snapshot            %s, %s bytes, saved atomically and reloaded (checksums verified)%s\n",
       path.c_str(), with_commas(std::filesystem::file_size(path)).c_str(),
       temp_dir.empty() ? "" : "; removed at exit");
-  std::printf("fill ratio          %.4f\n", filter->fill_ratio());
+  say(quiet, "fill ratio          %.4f\n", filter->fill_ratio());
+  json["snapshot"] = filter_json(*filter);
+  json["snapshot_path"] =
+      temp_dir.empty() ? nlohmann::ordered_json(path.string()) : nlohmann::ordered_json(nullptr);
+  json["snapshot_bytes"] = std::filesystem::file_size(path);
 
   std::vector<Answer> answers(options.items);
   if (auto done = filter->query(members, answers); !done) return report("demo", done.error());
@@ -107,17 +133,24 @@ int run_demo(const DemoOptions& options) {
   const double observed = static_cast<double>(false_positives) / probes;
   const double estimated = filter->estimate_false_positive_rate();
   const double sigma = std::sqrt(estimated * (1 - estimated) / probes);
-  std::printf(
+  say(quiet,
       "false positives     estimated %.6f (model), observed %.6f = %s of %s absent "
       "%s\n                    (resolution %.0e per query, model +/- %.6f at one sigma)\n",
       estimated, observed, with_commas(false_positives).c_str(), with_commas(absent.size()).c_str(),
       absent.size() == 1 ? "query" : "queries", 1.0 / probes, sigma);
-  std::printf("false negatives     %s of %s (must be 0)\n", with_commas(false_negatives).c_str(),
-              counted(members.size(), "member").c_str());
+  say(quiet, "false negatives     %s of %s (must be 0)\n", with_commas(false_negatives).c_str(),
+      counted(members.size(), "member").c_str());
 
-  std::printf("query throughput    median of 3, %u threads\n", threads);
-  std::printf("  %-8s %-18s %-18s\n", "backend", "absent", "present");
+  json["absent_queries"] = absent.size();
+  json["false_positives"] = false_positives;
+  json["observed_fpp"] = observed;
+  json["estimated_fpp"] = estimated;
+  json["estimated_fpp_sigma"] = sigma;
+  json["false_negatives"] = false_negatives;
+  say(quiet, "query throughput    median of 3, %u threads\n", threads);
+  say(quiet, "  %-8s %-18s %-18s\n", "backend", "absent", "present");
   // Every engine of the library's table that can run here.
+  nlohmann::ordered_json throughput = nlohmann::ordered_json::array();
   for (const BackendInfo& engine : list_backends()) {
     if (!engine.available) continue;
     auto absent_time = time_query(*filter, absent, answers, engine.backend);
@@ -126,19 +159,34 @@ int run_demo(const DemoOptions& options) {
       return report("demo", absent_time ? present_time.error() : absent_time.error());
     }
     const std::string name(engine.backend.name());
-    std::printf("  %-8s %-18s %-18s  %s\n", name.c_str(), si_rate(probes / *absent_time).c_str(),
-                si_rate(static_cast<double>(members.size()) / *present_time).c_str(),
-                (name + " (" + engine.detail + ")").c_str());
+    say(quiet, "  %-8s %-18s %-18s  %s\n", name.c_str(), si_rate(probes / *absent_time).c_str(),
+        si_rate(static_cast<double>(members.size()) / *present_time).c_str(),
+        (name + " (" + engine.detail + ")").c_str());
+    throughput.push_back(
+        {{"backend", name},
+         {"detail", engine.detail},
+         {"absent_per_second", probes / *absent_time},
+         {"present_per_second", static_cast<double>(members.size()) / *present_time}});
   }
+  json["query_throughput"] = std::move(throughput);
   if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
   if (false_negatives != 0) {
     return report(
         "demo", Error{ErrorCode::kInvalidArgument, "false negatives found: the filter is broken"});
   }
-  if (options.skip_dedup) return kExitOk;
-  std::cout << '\n';
-  std::fflush(stdout);
-  return run_dedup_demo(std::cout, std::min<std::uint64_t>(options.items, 1'000'000));
+  json["dedup"] = nullptr;
+  if (!options.skip_dedup) {
+    say(quiet, "\n");
+    std::fflush(stdout);
+    const int status = run_dedup_demo(quiet ? nullptr : &std::cout, json["dedup"],
+                                      std::min<std::uint64_t>(options.items, 1'000'000), threads);
+    if (status != kExitOk) return status;
+  }
+  if (!options.json) return kExitOk;
+  if (auto wrote = write_report(json_text(json), false); !wrote) {
+    return report("demo", wrote.error());
+  }
+  return kExitOk;
 }
 
 Command add_demo_command(CLI::App& root) {
@@ -149,9 +197,16 @@ Command add_demo_command(CLI::App& root) {
       "1,000,000 member digests, a filter for n = 1,000,000, p = 0.001 saved as an ABF1\n"
       "snapshot and reloaded, then 1,000,000 absent and 1,000,000 present queries: layout,\n"
       "fill ratio, estimated and observed false-positive rate, throughput per backend.\n"
-      "Then the service: a SQLite catalog of 1,000,000 digests, a dedup of 1,000,000\n"
-      "candidates (most new), and the catalog lookups the filter avoided (--items of\n"
-      "fewer makes both that many).");
+      "Then the service: a SQLite catalog of 1,000,000 digests, its snapshot and its exact\n"
+      "index, and a file of 1,000,000 candidates (99% new) deduped three ways by abf dedup's\n"
+      "own code, each timed from opening the catalog to the output file in place: SQLite\n"
+      "alone (--exact-only), filter + SQLite, filter + index (--index). Each way's wall and\n"
+      "CPU time, time per candidate, speedup over SQLite alone and lookups; the three\n"
+      "outputs must be equal (--items of fewer makes catalog and candidates that many).\n"
+      "--json prints the same figures as one JSON object (snake_case keys) at the end:\n"
+      "the first part's, then \"dedup\" (null with --skip-dedup), whose \"ways\" each carry\n"
+      "wall_seconds, cpu_seconds, ns_per_digest, speedup_over_exact_only and the counts\n"
+      "abf dedup --json prints (\"stats\").");
   app->add_option("--items", options->items,
                   "Members and absent candidates, 1..2^30 (default 1,000,000)")
       ->transform(count_validator(1, probe::kMaxExpectedItemCount));
@@ -162,6 +217,8 @@ Command add_demo_command(CLI::App& root) {
       ->check(not_a_stream("the demo's snapshot: it is reloaded from its path"));
   app->add_flag("--skip-dedup", options->skip_dedup,
                 "Skip the second part (bulk dedup against a SQLite catalog)");
+  app->add_flag("--json", options->json,
+                "Print what it measured as one JSON object at the end instead of the steps");
   add_threads_option(*app, options->threads);
   return {app, [options] { return run_demo(*options); }};
 }

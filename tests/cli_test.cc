@@ -1102,5 +1102,96 @@ TEST_F(CliTest, EveryJsonReportUsesSnakeCaseKeys) {
   }
 }
 
+// Issue 24: the demo's dedup figures are three runs of abf dedup's own job
+// (SQLite alone, filter + SQLite, filter + exact index) on one candidate
+// file, each with its timings, and all three give the same answer: the one
+// the candidates were made to have.
+TEST_F(CliTest, DemoJsonTimesThreeWaysOfDedupThatAgree) {
+  // 2,999 candidates: i = 0, 100, ..., 2,900 are catalog members (30, the
+  // count rounded up), the other 2,969 new.
+  constexpr std::uint64_t kItems = 2999;
+  constexpr std::uint64_t kPresent = 30;
+  const CliRun run = abf("demo --items 2999 --fpp 0.01 --threads 1 --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  nlohmann::json json;
+  ASSERT_NO_THROW(json = nlohmann::json::parse(run.out)) << run.out;
+  expect_snake_case_keys(json, "demo --json");
+  EXPECT_EQ(json["false_negatives"], 0);
+  const nlohmann::json& dedup = json["dedup"];
+  ASSERT_TRUE(dedup.is_object()) << run.out;
+  EXPECT_EQ(dedup["threads"], 1);
+  EXPECT_EQ(dedup["candidates"], kItems);
+  EXPECT_EQ(dedup["catalog_digests"], kItems);
+  EXPECT_EQ(dedup["index_digests"], kItems);
+  EXPECT_EQ(dedup["expected_new"], kItems - kPresent);
+  EXPECT_EQ(dedup["same_output"], true);
+  const nlohmann::json& ways = dedup["ways"];
+  ASSERT_EQ(ways.size(), 3u) << run.out;
+  const std::vector<std::string> names = {"exact_only", "filter_sqlite", "filter_index"};
+  const double baseline = ways[0]["wall_seconds"].get<double>();
+  const double cpu_baseline = ways[0]["cpu_seconds"].get<double>();
+  for (std::size_t w = 0; w < ways.size(); ++w) {
+    const nlohmann::json& way = ways[w];
+    const nlohmann::json& stats = way["stats"];
+    SCOPED_TRACE(names[w]);
+    EXPECT_EQ(way["way"], names[w]);
+    // The same answer each way: the count built into the candidates.
+    EXPECT_EQ(stats["new"], kItems - kPresent);
+    EXPECT_EQ(stats["present"], kPresent);
+    EXPECT_EQ(stats["repeats"], 0);
+    EXPECT_EQ(stats["total"], kItems);
+    const double wall = way["wall_seconds"].get<double>();
+    ASSERT_GT(wall, 0.0);
+    EXPECT_GT(way["cpu_seconds"].get<double>(), 0.0);
+    EXPECT_NEAR(way["ns_per_digest"].get<double>(), wall / kItems * 1e9, 1e-6 * wall * 1e9);
+    EXPECT_NEAR(way["speedup_over_exact_only"].get<double>(), baseline / wall,
+                1e-9 * baseline / wall);
+    EXPECT_NEAR(way["cpu_speedup_over_exact_only"].get<double>(),
+                cpu_baseline / way["cpu_seconds"].get<double>(),
+                1e-9 * cpu_baseline / way["cpu_seconds"].get<double>());
+    // The whole job: at least the part bulk_dedup times itself.
+    EXPECT_GE(wall, stats["seconds"].get<double>());
+  }
+  // SQLite alone asks about every candidate; the filter ways only about
+  // its maybes, the same ones either way; the index answers all of them.
+  EXPECT_EQ(ways[0]["filter"], false);
+  EXPECT_EQ(ways[0]["index"], false);
+  EXPECT_EQ(ways[0]["stats"]["exact_lookups"], kItems);
+  EXPECT_EQ(ways[0]["stats"]["negative"], 0);
+  EXPECT_FALSE(ways[0]["stats"].contains("index_lookups"));
+  const nlohmann::json& filter = ways[1]["stats"];
+  EXPECT_EQ(ways[1]["filter"], true);
+  EXPECT_EQ(ways[1]["index"], false);
+  EXPECT_EQ(filter["negative"].get<std::uint64_t>() + filter["maybe"].get<std::uint64_t>(), kItems);
+  EXPECT_EQ(filter["exact_lookups"], filter["maybe"]);
+  EXPECT_GE(filter["maybe"].get<std::uint64_t>(), kPresent);
+  EXPECT_LT(filter["maybe"].get<std::uint64_t>(), kItems / 10);  // p = 0.01: about 60
+  const nlohmann::json& indexed = ways[2]["stats"];
+  EXPECT_EQ(ways[2]["filter"], true);
+  EXPECT_EQ(ways[2]["index"], true);
+  EXPECT_EQ(indexed["maybe"], filter["maybe"]);
+  EXPECT_EQ(indexed["index_lookups"], filter["maybe"]);
+  EXPECT_EQ(indexed["store_lookups"], 0);
+  const CliRun skipped = abf("demo --items 2000 --fpp 0.01 --skip-dedup --json");
+  ASSERT_EQ(skipped.status, 0) << skipped.err;
+  EXPECT_TRUE(nlohmann::json::parse(skipped.out)["dedup"].is_null()) << skipped.out;
+}
+
+TEST_F(CliTest, DemoPrintsTheThreeWaysOfDedupSideBySide) {
+  const CliRun run = abf("demo --items 2999 --fpp 0.01 --threads 1");
+  ASSERT_EQ(run.status, 0) << run.err;
+  for (const char* needle :
+       {"wall s  speedup     CPU s  speedup   ns/digest   exact lookups", "  SQLite only  ",
+        "  filter + SQLite  ", "  filter + index  ", "1 thread", "2,999 SQLite\n",
+        " index, 0 SQLite\n",
+        "same output   yes: 2,969, 2,969 and 2,969 new digests (2,969 "
+        "expected), the three files byte for byte equal"}) {
+    EXPECT_NE(run.out.find(needle), std::string::npos) << needle << "\n" << run.out;
+  }
+  const CliRun skipped = abf("demo --items 2000 --fpp 0.01 --skip-dedup");
+  ASSERT_EQ(skipped.status, 0) << skipped.err;
+  EXPECT_EQ(skipped.out.find("Part 2"), std::string::npos) << skipped.out;
+}
+
 }  // namespace
 }  // namespace abf
