@@ -259,7 +259,7 @@ def _key_argument(key: Any) -> _abf.Key | None:
 def build(collection: Any, expected_items: int, fpp: float, catalog_version: int = 0,
           catalog_id: Any = None, key: Any = None, shards: int | str = 1, *,
           column: str | None = None, split_every: int = 4,
-          backend: str = "auto") -> _abf.Filter | _abf.FilterSet:
+          backend: str = "auto", progress: bool = False) -> _abf.Filter | _abf.FilterSet:
     """Builds a filter (shards=1) or filter set of the collection's digests on Dask.
 
     Bit for bit ``abf.build(all_digests, expected_items, fpp, ...)``, whatever
@@ -278,6 +278,10 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
     made). The spec is checked here first (abf.LayoutError); partitions then
     raise what ``abf.build`` raises for their digests, and the merge
     abf.CapacityError when there are more than ``expected_items``.
+
+    ``progress=True`` shows Dask's progress bar while the tasks run
+    (``distributed.progress`` under a client, ``dask.diagnostics.ProgressBar``
+    otherwise); nothing is shown by default.
     """
     if split_every < 2:
         raise ValueError("split_every must be at least 2")
@@ -296,7 +300,7 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
         partials = [delayed(_build_partial, pure=True)(p, expected_items, fpp, catalog_version,
                                                        catalog_id, key, backend)
                     for p in parts]
-        (result,) = dask.compute(_tree_merge(partials, split_every))
+        (result,) = _compute(_tree_merge(partials, split_every), progress=progress)
         return result
     shard_count = empty.shard_count
     shard_items = empty.shard_expected_item_count
@@ -307,7 +311,8 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
         for s in range(shard_count):
             per_shard[s].append(delayed(_build_partial, pure=True)(
                 buckets[s], shard_items, fpp, catalog_version, catalog_id, key, backend))
-    shard_filters = dask.compute(*[_tree_merge(p, split_every) for p in per_shard])
+    shard_filters = _compute(*[_tree_merge(p, split_every) for p in per_shard],
+                             progress=progress)
     return _abf.FilterSet.from_shards(list(shard_filters), expected_items)
 
 
@@ -374,9 +379,27 @@ def _default_client():
         return None
 
 
+def _compute(*collections: Any, progress: bool = False) -> tuple:
+    """dask.compute of the collections, with Dask's own progress bar when
+    asked: ``distributed.progress`` under a distributed client (a console bar
+    on stdout that returns when the work is done; a widget in a notebook),
+    ``dask.diagnostics.ProgressBar`` on the local schedulers."""
+    if not progress:
+        return dask.compute(*collections)
+    client = _default_client()
+    if client is None:
+        from dask.diagnostics import ProgressBar
+        with ProgressBar():
+            return dask.compute(*collections)
+    from distributed import progress as show_progress
+    futures = client.compute(list(collections))
+    show_progress(futures)
+    return tuple(client.gather(futures))
+
+
 def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any = None,
                  column: str | None = None, client: Any = None, return_counts: bool = False,
-                 backend: str = "auto", index: Any = None) -> Any:
+                 backend: str = "auto", index: Any = None, progress: bool = False) -> Any:
     """Bulk dedup on Dask: the candidates not in the catalog, in order, each once.
 
     The filter (a Filter, a FilterSet, or a path loaded here with ``key``) is
@@ -402,6 +425,9 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     checks its worker's copy against the catalog, which costs a catalog read.
     The counts then add ``index_version`` (the oldest a worker used),
     ``index_lookups`` and ``store_lookups``, summed.
+
+    ``progress=True`` shows Dask's progress bar while the partitions are
+    answered (as ``build``'s); nothing is shown by default.
     """
     if isinstance(filter_or_set, (_abf.Filter, _abf.FilterSet)):
         filter = filter_or_set
@@ -427,9 +453,13 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     tasks = [delayed(_dedup_partition, pure=True)(p, shipped, path, backend, index_path)
              for p in parts]
     if client is not None:
-        results = client.gather(client.compute(tasks))
+        futures = client.compute(tasks)
+        if progress:
+            from distributed import progress as show_progress
+            show_progress(futures)
+        results = client.gather(futures)
     else:
-        results = dask.compute(*tasks)
+        results = _compute(*tasks, progress=progress)
     if results:
         missing = _first_occurrences(np.concatenate([r[0] for r in results]))
     else:

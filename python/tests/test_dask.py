@@ -261,3 +261,33 @@ def test_find_missing_with_an_index_equals_without(client, catalog_file, tmp_pat
                            str(tmp_path / "other.abfx"))
     with pytest.raises(abf.CatalogMismatchError, match="other.abfx"):
         future.result(timeout=120)
+
+
+def test_progress_bars_only_when_asked(client, catalog_file, capsys, monkeypatch):
+    path, stored = catalog_file
+    d = random_digests(8_000, seed=40)
+    reference = abf.build(d, 10_000, 0.01)
+    candidates = np.concatenate([random_digests(3_000, seed=41), stored[:500]])
+    with abf.Catalog(path, read_only=True) as catalog:
+        version = catalog.version
+        f = catalog.build_filter(40_000, 0.01)
+    expected = sqlite_missing(path, candidates, version)
+    capsys.readouterr()
+    # Silent by default.
+    assert abf.dask.build(chunks_bag(d, 4, 4), 10_000, 0.01) == reference
+    assert "Completed" not in capsys.readouterr().out
+    # distributed's console bar, ending at 100%, and the same answers.
+    assert abf.dask.build(chunks_bag(d, 4, 4), 10_000, 0.01, progress=True) == reference
+    assert "100% Completed" in capsys.readouterr().out
+    missing = abf.dask.find_missing(chunks_bag(candidates, 4, 4), f, str(path), progress=True)
+    assert np.array_equal(missing, expected)
+    assert "100% Completed" in capsys.readouterr().out
+    # Without a distributed client: dask's local ProgressBar.
+    monkeypatch.setattr(abf.dask, "_default_client", lambda: None)
+    with dask.config.set(scheduler="synchronous"):
+        assert abf.dask.build(chunks_bag(d, 4, 4), 10_000, 0.01, progress=True) == reference
+        assert "100% Completed" in capsys.readouterr().out
+        missing = abf.dask.find_missing(chunks_bag(candidates, 4, 4), f, str(path),
+                                        progress=True)
+        assert np.array_equal(missing, expected)
+        assert "100% Completed" in capsys.readouterr().out
