@@ -2,6 +2,8 @@
 // (python/abf/__init__.py re-exports it). Errors cross into Python as the
 // abf.Error subclass of their code (abf/_errors.py).
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "common.hpp"
 
@@ -9,12 +11,29 @@ namespace abf::python {
 namespace {
 
 // Raises the library error as abf.Error(message, code) of its family.
+// The library's messages name the command's flags where a Python caller
+// has an argument instead.
+std::string for_python(std::string message) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"give its key (--key-file)", "pass key=abf.read_key_file(path) (or key=abf.Key(...))"},
+      {"(--shards auto)", "(shards=\"auto\")"},
+      {"(abf build --from-catalog)", "(abf.Catalog.build_filter)"},
+  };
+  for (const auto& [flag, argument] : kFlags) {
+    if (const auto at = message.find(flag); at != std::string::npos) {
+      message.replace(at, flag.size(), argument);
+    }
+  }
+  return message;
+}
+
 void set_python_error(const Error& error) {
   const std::string code(to_string(error.code));
+  const std::string message = for_python(error.message);
   try {
     py::object errors = py::module_::import("abf._errors");
     py::object cls = errors.attr("error_class")(code);
-    py::object exception = cls(error.message, code);
+    py::object exception = cls(message, code);
     PyErr_SetObject(cls.ptr(), exception.ptr());
   } catch (py::error_already_set& failure) {
     // abf._errors itself could not be imported (the extension loaded alone).
