@@ -222,6 +222,7 @@ void guard_mappings(std::shared_ptr<MapGuard>& guard, const std::vector<const vo
     }
   }
   std::lock_guard lock(g_register_mutex);
+  install_handler();
   for (const void* pointer : inside) {
     const auto address = reinterpret_cast<std::uintptr_t>(pointer);
     const auto after =
@@ -232,7 +233,6 @@ void guard_mappings(std::shared_ptr<MapGuard>& guard, const std::vector<const vo
     if (address >= line.end) continue;  // not a file mapping: nothing to guard
     const std::size_t i = g_count.load(std::memory_order_relaxed);
     if (i >= kChunkSize * kMaxChunks) return;
-    install_handler();
     if (g_chunks[i / kChunkSize].load(std::memory_order_relaxed) == nullptr) {
       g_chunks[i / kChunkSize].store(new MapRange[kChunkSize], std::memory_order_release);
     }
