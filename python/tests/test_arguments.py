@@ -115,6 +115,41 @@ def test_a_wrong_type_names_type_shape_and_dtype(keyed_world):
             raise AssertionError(f"{name}: {failure}") from None
 
 
+def test_arguments_no_signature_takes_are_named_not_printed(keyed_world):
+    """An unknown keyword or one argument too many: pybind11 itself would
+    print every argument's repr (an array's contents)."""
+    tmp_path, digests, catalog, f, s, index = keyed_world
+    big = marked()
+    calls = {
+        "build shard=": lambda: abf.build(big, 1000, 0.01, shard=2),
+        "build too many": lambda: abf.build(big, 1000, 0.01, 0, None, None, 1, "auto", big),
+        "Filter.query bogus=": lambda: f.query(big, bogus=big),
+        "FilterSet.query too many": lambda: s.query(big, None, "auto", big),
+        "Filter.query unbound": lambda: abf.Filter.query(big),
+        "might_contain": lambda: f.might_contain(big, big),
+        "Index.contains": lambda: index.contains(big, version=1),
+        "Index.load": lambda: abf.Index.load(big, "map", big),
+        "Catalog.add": lambda: catalog.add(big, big),
+        "Catalog.create": lambda: abf.Catalog.create(big, big),
+        "dedup": lambda: abf.dedup(big, f, catalog, filter_first=big),
+        "merge": lambda: abf.merge([f], big, None, "auto", big),
+        "Key.from_hex": lambda: abf.Key.from_hex(big, big),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError) as caught:
+            call()
+        text = str(caught.value)
+        try:
+            assert "does not take the arguments given" in text, text
+            assert_names_the_array(caught.value, big)
+        except AssertionError as failure:
+            raise AssertionError(f"{name}: {failure}") from None
+    # The docstrings are the functions' own, not pybind11's "Overloaded function".
+    for function in (abf.build, abf.Filter.query, abf.Index.load, abf.Catalog.add, abf.dedup):
+        assert "Overloaded" not in function.__doc__ and "*args" not in function.__doc__
+    assert abf.build.__doc__.startswith("build(digests")
+
+
 def test_whole_floats_count(tmp_path):
     digests = random_digests(100, 3)
     exact = abf.build(digests, 1_000_000, 0.01)
