@@ -351,8 +351,8 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           const double query_absent = timed_query(filter, backend, absent, done);
           if (!done) return std::unexpected(done.error());
           if (rep == repetitions) {
-            false_positives[p * backends.size() + b] = static_cast<std::int64_t>(
-                std::ranges::count(answers, Answer::kMaybe));
+            false_positives[p * backends.size() + b] =
+                static_cast<std::int64_t>(std::ranges::count(answers, Answer::kMaybe));
           }
           const double query_present = timed_query(filter, backend, present, done);
           if (!done) return std::unexpected(done.error());
@@ -559,16 +559,16 @@ Command add_bench_command(CLI::App& root) {
                   "1 (unkeyed, default), 2 (keyed: SipHash per digest) or all")
       ->check(CLI::IsMember({"1", "2", "all"}));
   app->add_option("--repetitions", options->repetitions, "Timed runs per case (default 5)")
-      ->check(CLI::Range(1u, 1000u));
+      ->transform(count_validator(1, 1000));
   app->add_option("--fpp,-p", options->fpp,
                   "Target false-positive rate of every scenario's filter (default 0.01)")
-      ->check(CLI::Range(1e-9, 0.5));
+      ->check(real_validator(1e-9, 0.5, "the false-positive rate of every scenario"));
   app->add_flag("--json", options->json, "Print one JSON object instead of a table");
   // Not add_threads_option: the default here is two thread counts.
   app->add_option("--threads", options->threads,
                   "Worker threads of every case (default: each case at 1 thread and at every\n"
                   "core)")
-      ->check(CLI::Range(1u, 4096u));
+      ->transform(count_validator(1, 4096));
   return {app, [options] { return run_bench(*options); }};
 }
 

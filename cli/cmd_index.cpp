@@ -111,9 +111,11 @@ Command add_index_command(CLI::App& root) {
       ->check(not_a_stream("a catalog database, which SQLite opens by name"));
   app->add_option("--output,-o", options->output, "Index file to write (atomically), - for stdout")
       ->required();
-  app->add_option("--version", options->version, "Catalog version to index (default: the latest)");
+  app->add_option("--version", options->version, "Catalog version to index (default: the latest)")
+      ->transform(count_validator(0));
   app->add_option("--block-digests", options->block_digests,
-                  "Digests per checksummed block, a power of two (default 4096)");
+                  "Digests per checksummed block, a power of two (default 4096)")
+      ->transform(count_validator(1, kIndexMaxBlockDigests));
   app->add_flag("--json", options->json, "Print the summary as one JSON object");
   add_busy_timeout_option(*app, options->busy_timeout_ms);
   return {app, [options] { return run_index(*options); }};

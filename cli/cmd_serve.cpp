@@ -225,15 +225,25 @@ Command add_serve_command(CLI::App& root) {
                   "tenant, * (every one), @metrics (read /metrics) or @admin (also reload);\n"
                   "without it, no authentication")
       ->check(not_a_stream("a token file, whose mode is checked before it is read"));
+  // HOST:PORT checked as the command line is read: a port past 65535 is a
+  // usage error (exit 2), as every other out-of-range value.
+  const CLI::Validator listen_address(
+      [](const std::string& text) -> std::string {
+        auto address = server::parse_listen_address(text);
+        return address ? std::string() : address.error().message;
+      },
+      "HOST:PORT");
   app->add_option("--listen", options->listen,
-                  "HTTP HOST:PORT (default 127.0.0.1:8080; port 0: the OS picks)");
-  app->add_option("--grpc-listen", options->grpc_listen, "gRPC HOST:PORT (default: no gRPC)");
+                  "HTTP HOST:PORT (default 127.0.0.1:8080; port 0: the OS picks)")
+      ->check(listen_address);
+  app->add_option("--grpc-listen", options->grpc_listen, "gRPC HOST:PORT (default: no gRPC)")
+      ->check(listen_address);
   app->add_option("--tls-cert", options->tls_cert, "TLS certificate (PEM), for both fronts");
   app->add_option("--tls-key", options->tls_key, "TLS private key (PEM)");
   app->add_option("--rate-limit-rps", options->rate_rps, "Requests per second per token (0: none)")
-      ->check(CLI::Range(0.0, 1e15));
+      ->check(real_validator(0, 1e15, "requests per second per token; 0: no limit"));
   app->add_option("--rate-limit-dps", options->rate_dps, "Digests per second per token (0: none)")
-      ->check(CLI::Range(0.0, 1e15));
+      ->check(real_validator(0, 1e15, "digests per second per token; 0: no limit"));
   app->add_option("--max-body-bytes", options->max_body_bytes,
                   "Largest request body (default 33554432; 413 beyond)")
       ->transform(count_validator(0));
@@ -244,8 +254,8 @@ Command add_serve_command(CLI::App& root) {
                   "Seconds a keep-alive connection may idle (default 30)")
       ->transform(count_validator(0, std::numeric_limits<unsigned>::max()));
   app->add_option(
-      "--http-threads", options->http_threads,
-      "HTTP threads kept for new connections (default 64; each open connection has one)")
+         "--http-threads", options->http_threads,
+         "HTTP threads kept for new connections (default 64; each open connection has one)")
       ->transform(count_validator(0, std::numeric_limits<unsigned>::max()));
   app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));

@@ -583,7 +583,7 @@ void add_busy_timeout_option(CLI::App& app, int& milliseconds) {
                  "failing with \"database is locked\" (default " +
                      std::to_string(kDefaultBusyTimeoutMs) +
                      "; 0 fails at once). Readers never wait for a writer")
-      ->check(CLI::Range(0, 24 * 3600 * 1000));
+      ->transform(count_validator(0, 24 * 3600 * 1000));
 }
 
 Result<std::optional<Key>> key_from_option(const std::string& path) {
@@ -686,6 +686,29 @@ CLI::Validator fpp_validator() {
       "");
 }
 
+CLI::Validator real_validator(double min, double max, std::string what) {
+  const auto shortest = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);
+    return std::string(text);
+  };
+  const std::string range = shortest(min) + ".." + shortest(max) + " (" + what + ")";
+  return CLI::Validator(
+      [min, max, range](const std::string& value) -> std::string {
+        const char* begin = value.c_str();
+        char* end = nullptr;
+        const double x = std::strtod(begin, &end);
+        if (value.empty() || end != begin + value.size()) {
+          return "'" + value + "' is not a number; expected " + range;
+        }
+        if (!std::isfinite(x) || x < min || x > max) {
+          return "'" + value + "' is outside " + range;
+        }
+        return {};
+      },
+      "");
+}
+
 bool is_spec_error(ErrorCode code) noexcept {
   return code == ErrorCode::kInvalidExpectedItemCount ||
          code == ErrorCode::kInvalidFalsePositiveRate || code == ErrorCode::kFilterTooLarge;
@@ -718,7 +741,7 @@ void add_threads_option(CLI::App& app, unsigned& threads, bool reads_ahead) {
   // time, which must not carry the build machine's core count.
   std::string help = "Worker threads (default: every core)";
   if (reads_ahead) help += ";\none more thread reads the next input chunk meanwhile";
-  app.add_option("--threads", threads, help)->check(CLI::Range(1u, 4096u));
+  app.add_option("--threads", threads, help)->transform(count_validator(1, 4096));
 }
 
 unsigned apply_threads(unsigned threads) {

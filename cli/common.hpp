@@ -254,6 +254,11 @@ CLI::Validator count_validator(std::uint64_t min,
 // A CLI11 check for a false-positive rate: a finite number with 0 < p < 1.
 CLI::Validator fpp_validator();
 
+// A CLI11 check for a real option in min..max (both included), in the
+// words of fpp_validator: "'0.9' is outside 1e-09..0.5 (<what>)", or "is not
+// a number". `what` says what the value is ("a false-positive rate").
+CLI::Validator real_validator(double min, double max, std::string what);
+
 // Whether `code` says the filter's n or p cannot be built (out of range, or a
 // filter larger than 2^30 bits): the command line was wrong, so the command
 // exits kExitUsage (usage_error) rather than kExitFailure.

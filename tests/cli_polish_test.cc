@@ -82,9 +82,32 @@ TEST_F(CliPolishTest, OutOfRangeValuesAreUsageErrorsInEveryCommand) {
       {"demo --items 0", "--items: '0' is too small"},
       {"demo --fpp 1.5", "--fpp: '1.5' is outside 0 < p < 1"},
       {"demo --items 1e9 --fpp 1e-9", "filter_too_large"},
-      {"bench --fpp 0.9", "--fpp"},
-      {"bench --repetitions 0", "--repetitions"},
-      {"query -s x.abf --threads 5000", "--threads"},
+      // Every numeric option in the same words, never CLI11's own
+      // ("Value 0.9 not in range", "Could not convert").
+      {"bench --fpp 0.9",
+       "--fpp: '0.9' is outside 1e-09..0.5 (the false-positive rate of every scenario)"},
+      {"bench --fpp 0", "--fpp: '0' is outside 1e-09..0.5"},
+      {"bench --fpp nan", "--fpp: 'nan' is outside 1e-09..0.5"},
+      {"bench --fpp 0.01x", "--fpp: '0.01x' is not a number; expected 1e-09..0.5"},
+      {"bench --repetitions 0", "--repetitions: '0' is too small; expected an integer in 1..1,000"},
+      {"bench --repetitions 1001", "--repetitions: '1001' is too large"},
+      {"bench --threads 0", "--threads: '0' is too small; expected an integer in 1..4,096"},
+      {"query -s x.abf --threads 5000", "--threads: '5000' is too large"},
+      {"serve -s x.abf --db c.db --rate-limit-rps -1",
+       "--rate-limit-rps: '-1' is outside 0..1e+15"},
+      {"serve -s x.abf --db c.db --rate-limit-dps 1e16",
+       "--rate-limit-dps: '1e16' is outside 0..1e+15"},
+      {"serve -s x.abf --db c.db --rate-limit-dps inf", "--rate-limit-dps: 'inf' is outside"},
+      {"serve -s x.abf --db c.db --rate-limit-rps fast",
+       "--rate-limit-rps: 'fast' is not a number"},
+      {"serve -s x.abf --db c.db --listen 127.0.0.1:70000",
+       "--listen: listen address \"127.0.0.1:70000\": port must be 0..65535"},
+      {"serve -s x.abf --db c.db --grpc-listen 127.0.0.1:99999", "--grpc-listen: listen address"},
+      {"catalog stats --db c.db --busy-timeout -1", "--busy-timeout: '-1' is negative"},
+      {"catalog stats --db c.db --busy-timeout 1e9", "--busy-timeout: '1e9' is too large"},
+      {"index --db c.db -o x.abfx --version -1", "--version: '-1' is negative"},
+      {"index --db c.db -o x.abfx --block-digests 99999999999",
+       "--block-digests: '99999999999' is too large"},
       // Unsigned options: -1 is refused, never read as 2^64 - 1.
       {build + "-n 10 -p 0.01 --catalog-version -1", "--catalog-version: '-1' is negative"},
       {"merge a.abf b.abf -o m.abf --catalog-version -1", "--catalog-version: '-1' is negative"},
@@ -95,7 +118,12 @@ TEST_F(CliPolishTest, OutOfRangeValuesAreUsageErrorsInEveryCommand) {
       {"serve -s x.abf --db c.db --max-digests -5", "--max-digests: '-5' is negative"},
       {"dedup -s x.abf --db c.db --threads 0", "--threads"},
   };
-  for (const auto& [arguments, what] : cases) expect_usage(abf(arguments), what, arguments);
+  for (const auto& [arguments, what] : cases) {
+    const CliRun run = abf(arguments);
+    expect_usage(run, what, arguments);
+    EXPECT_EQ(run.err.find("not in range"), std::string::npos) << arguments << run.err;
+    EXPECT_EQ(run.err.find("Could not convert"), std::string::npos) << arguments << run.err;
+  }
   EXPECT_FALSE(fs::exists(path("out.abf")));
   // A runtime failure stays 1: a missing input file.
   EXPECT_EQ(abf("build -n 10 -p 0.01 -i missing.txt -o out.abf").status, 1);
@@ -307,7 +335,7 @@ TEST_F(CliPolishTest, QueryOutputIsReadBackAsInput) {
   // Only those two words: anything else after a tab is still refused.
   const std::string hex = test::random_digests(1, 8)[0].hex();
   for (const std::string& bad : {hex + "\tpresent", hex + "\tmaybe absent", hex + "\t\tmaybe",
-                                "\\" + hex + "\tmaybe", hex + "\tMAYBE"}) {
+                                 "\\" + hex + "\tmaybe", hex + "\tMAYBE"}) {
     write("bad.txt", bad + "\n");
     const CliRun run = abf("query -s c.abf -i bad.txt");
     EXPECT_EQ(run.status, 1) << bad;

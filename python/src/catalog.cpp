@@ -154,15 +154,15 @@ py::array_t<std::uint8_t> all_digests(const PyCatalog& c, py::handle version) {
   return digest_array(digests);
 }
 
-py::object catalog_build(const PyCatalog& c, py::handle expected_items, double fpp,
+py::object catalog_build(const PyCatalog& c, py::handle expected_items, py::handle fpp,
                          py::handle version, py::handle key, py::handle shards,
-                         const std::string& backend) {
+                         py::handle backend) {
   const auto held = c.get();
   SqliteCatalog& catalog = *held;
   const Backend engine = backend_from(backend);
   const std::uint64_t n =
       count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items");
-  const BloomSpec spec{n, fpp};
+  const BloomSpec spec{n, real_from(fpp, "fpp")};
   std::optional<Key> k = key_from(key);
   const std::uint64_t at = version_or_latest(catalog, version);
   std::uint32_t shard_count = 1;
@@ -221,12 +221,24 @@ py::dict catalog_write_index(const PyCatalog& c, py::handle path, py::handle ver
 }
 
 // The filter argument of dedup: a Filter, a FilterSet or a path.
-FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded) {
+FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded,
+                          std::shared_ptr<MapGuard>& guard) {
   if (!py::isinstance<PyFilter>(filter) && !py::isinstance<PyFilterSet>(filter)) {
+    if (py::isinstance<py::array>(filter) || !PyObject_HasAttrString(filter.ptr(), "__fspath__")) {
+      if (!PyUnicode_Check(filter.ptr()) && !PyBytes_Check(filter.ptr())) {
+        throw py::type_error("filter must be an abf.Filter, an abf.FilterSet or a path, not " +
+                             describe(filter));
+      }
+    }
+    path_from(filter, "filter");  // a NUL in it refused under its own name
     loaded = py::module_::import("abf._abf").attr("load")(filter, key);
     filter = loaded;
   }
-  if (py::isinstance<PyFilter>(filter)) return FilterSet(filter.cast<const PyFilter&>().filter);
+  if (py::isinstance<PyFilter>(filter)) {
+    guard = filter.cast<const PyFilter&>().guard;
+    return FilterSet(filter.cast<const PyFilter&>().filter);
+  }
+  guard = filter.cast<const PyFilterSet&>().guard;
   return filter.cast<const PyFilterSet&>().set;
 }
 
@@ -234,29 +246,38 @@ FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded)
 std::optional<PyIndex> index_from(py::handle object) {
   if (object.is_none()) return std::nullopt;
   if (py::isinstance<PyIndex>(object)) return object.cast<PyIndex>();
-  const auto path = path_from(object);
+  const auto path = path_from(object, "index");
   Result<Index> index = [&] {
     py::gil_scoped_release release;
     return Index::load(path, LoadMode::kMap);
   }();
-  return PyIndex{unwrap(std::move(index)), path.string()};
+  PyIndex loaded{unwrap(std::move(index)), path.string()};
+  if (!loaded.index.digests().empty()) {
+    guard_mapping(loaded.guard, loaded.index.digests().data(), loaded.source);
+  }
+  return loaded;
 }
 
 py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, py::handle key,
-                 bool use_filter, bool return_counts, const std::string& backend,
-                 std::size_t batch_size, py::handle index_arg) {
+                 py::handle use_filter_arg, py::handle return_counts_arg, py::handle backend,
+                 py::handle batch_size_arg, py::handle index_arg) {
   const Backend engine = backend_from(backend);
+  const bool use_filter = flag_from(use_filter_arg, "use_filter");
+  const bool return_counts = flag_from(return_counts_arg, "return_counts");
+  const std::uint64_t batch_size =
+      count_from(batch_size_arg, ErrorCode::kInvalidArgument, "batch_size");
   if (batch_size == 0) raise(ErrorCode::kInvalidArgument, "batch_size must be at least 1");
   py::object loaded;
-  FilterSet set = filter_set_from(filter, key, loaded);
+  std::shared_ptr<MapGuard> guard;
+  FilterSet set = filter_set_from(filter, key, loaded, guard);
   std::string source = "<memory>";
-  if (loaded) source = path_from(filter).string();
+  if (loaded) source = path_from(filter, "filter").string();
   // The catalog argument: an abf.Catalog, or a path opened read-only here.
   py::object opened;
   if (!py::isinstance<PyCatalog>(catalog_arg)) {
     service::CatalogOpenOptions options;
     options.read_only = true;
-    const auto path = path_from(catalog_arg);
+    const auto path = path_from(catalog_arg, "catalog");
     Result<SqliteCatalog> c = [&] {
       py::gil_scoped_release release;
       return SqliteCatalog::open(path, options);
@@ -267,6 +288,8 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
   const auto held = catalog_arg.cast<const PyCatalog&>().get();
   SqliteCatalog& catalog = *held;
   const std::optional<PyIndex> index = index_from(index_arg);
+  if (index) join_guards(guard, index->guard);
+  check_mapping(guard);
   DigestInput input = digests_from(digests);
 
   std::vector<Digest> missing;
@@ -328,6 +351,7 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       return {};
     }();
   }
+  check_mapping(guard);
   unwrap(std::move(done));
   py::array_t<std::uint8_t> out = digest_array(missing);
   if (!return_counts) return out;
@@ -350,8 +374,9 @@ or remove is one new version; nothing is ever deleted). Calls release the
 GIL and are serialized on one connection; abf.CatalogStoreError carries
 SQLite's message. Use as a context manager, or close().
 )doc")
-      .def(py::init([](py::handle path, bool read_only) {
+      .def(py::init([](py::handle path, py::handle read_only_arg) {
              const auto p = path_from(path);
+             const bool read_only = flag_from(read_only_arg, "read_only");
              service::CatalogOpenOptions options;
              options.read_only = read_only;
              Result<SqliteCatalog> c = [&] {
@@ -360,7 +385,7 @@ SQLite's message. Use as a context manager, or close().
              }();
              return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, read_only};
            }),
-           py::arg("path"), py::arg("read_only") = false,
+           py::arg("path"), py::arg("read_only") = py::bool_(false),
            "Opens an existing catalog (abf.Catalog.create makes a new one).")
       .def_static(
           "create",

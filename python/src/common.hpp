@@ -97,27 +97,65 @@ CatalogId catalog_id_from(py::handle object);
 // None for the zero id, else 32 hex digits.
 py::object catalog_id_object(const CatalogId& id);
 
-// A backend name ("auto", "scalar", "simd", "cuda").
+// A backend name ("auto", "scalar", "simd", "cuda"); `what` names the
+// argument in the TypeError for a non-str.
 Backend backend_from(const std::string& name);
+Backend backend_from(py::handle object, const char* what = "backend");
 
-// A non-negative int argument (not a bool): TypeError for another type,
-// `code` with "<what> <value> is out of range" for a negative or too large one.
-std::uint64_t count_from(py::handle object, ErrorCode code, const char* what);
+// What a wrong argument is, for a TypeError: its type, and for an array its
+// shape and dtype ("a numpy.ndarray of shape (3, 32) and dtype float64"),
+// never its contents (an argument may be gigabytes of digests).
+std::string describe(py::handle object);
 
-// A path argument: str or os.PathLike.
-std::filesystem::path path_from(py::handle object);
+// A count argument: an int (not a bool), or a float holding a whole number
+// (1e6, 2.0). TypeError for another type; `code` with a message naming
+// `what` and the value for a negative, fractional, non-finite or too large
+// one (above `max`, by default 2^63 - 1).
+std::uint64_t count_from(py::handle object, ErrorCode code, const char* what,
+                         std::uint64_t max = (std::uint64_t{1} << 63) - 1);
+
+// A real argument (fpp): an int or a float, not a bool; TypeError otherwise.
+double real_from(py::handle object, const char* what);
+// A str argument; TypeError otherwise.
+std::string string_from(py::handle object, const char* what);
+// A bool argument (True, False or a NumPy bool); TypeError otherwise.
+bool flag_from(py::handle object, const char* what);
+
+// A path argument: str, bytes or os.PathLike (TypeError naming `what`
+// otherwise); ValueError naming `what` for an embedded NUL, which would cut
+// the path short (os.open refuses it too).
+std::filesystem::path path_from(py::handle object, const char* what = "path");
+
+// The mappings of a mode="map" load (mapped.cpp): a SIGBUS from a page
+// lost to truncation is absorbed (zeros mapped in) and marks them damaged.
+struct MapGuard;
+// Registers the file mapping that holds `inside` (no-op for memory that is
+// no file mapping) and adds it to `guard`, made when null. `what` names the
+// file in the error check_mapping raises.
+void guard_mapping(std::shared_ptr<MapGuard>& guard, const void* inside, const std::string& what);
+// The same for many (the shards of a set), reading /proc/self/maps once.
+void guard_mappings(std::shared_ptr<MapGuard>& guard, const std::vector<const void*>& inside,
+                    const std::string& what);
+// Adds the ranges of `from` to `into` (a set made of mapped shards).
+void join_guards(std::shared_ptr<MapGuard>& into, const std::shared_ptr<MapGuard>& from);
+// abf.IoError (io_error) when a mapping of `guard` lost pages to truncation;
+// nothing for a null guard. Called after (and before) every read of one.
+void check_mapping(const std::shared_ptr<MapGuard>& guard);
 
 // A filter as Python holds it: the library's filter, and the key it was
-// built or loaded with, kept for pickling (a snapshot never carries it).
+// built or loaded with, kept for pickling (a snapshot never carries it);
+// for mode="map", its mapping's guard.
 struct PyFilter {
   Filter filter;
   std::optional<Key> key;
+  std::shared_ptr<MapGuard> guard = nullptr;
 };
 
 // A filter set likewise.
 struct PyFilterSet {
   FilterSet set;
   std::optional<Key> key;
+  std::shared_ptr<MapGuard> guard = nullptr;
 };
 
 // An exact index as Python holds it (abf.Index): the library's index (shared,
@@ -128,10 +166,12 @@ struct PyIndex {
   Index index;
   std::string source;
   std::shared_ptr<std::atomic<bool>> digests_verified = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<MapGuard> guard = nullptr;
 };
 
-// A load mode argument: "auto", "copy" or "map" (ValueError otherwise).
-LoadMode load_mode_from(const std::string& mode);
+// A load mode argument: "auto", "copy" or "map" (ValueError otherwise;
+// TypeError for a non-str).
+LoadMode load_mode_from(py::handle mode);
 
 // Registers Filter, FilterSet, Key and the module functions on filters
 // (filters.cpp); Index (index.cpp); Catalog and dedup (catalog.cpp).

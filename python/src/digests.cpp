@@ -1,5 +1,6 @@
 // Digests, keys, catalog ids, backends and paths from Python objects.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 #include <string>
@@ -13,10 +14,6 @@ namespace {
 
 [[noreturn]] void invalid_digest(std::string message) {
   raise(ErrorCode::kInvalidDigest, std::move(message));
-}
-
-std::string type_name(py::handle object) {
-  return py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>();
 }
 
 // One item of an iterable: 32 bytes, or 64 hex digits with an optional
@@ -36,8 +33,8 @@ Digest digest_item(py::handle item, std::size_t index, const char* what) {
     return *digest;
   }
   if (!PyObject_CheckBuffer(item.ptr())) {
-    throw py::type_error(std::string(what) + " item " + std::to_string(index) + " is a " +
-                         type_name(item) + ", not 32 bytes or a hex str");
+    throw py::type_error(std::string(what) + " item " + std::to_string(index) + " is " +
+                         describe(item) + ", not 32 bytes or a hex str");
   }
   Py_buffer view;
   if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
@@ -60,8 +57,8 @@ Digest digest_item(py::handle item, std::size_t index, const char* what) {
 void refuse_hex_text(std::span<const Digest> digests, const char* what) {
   if (digests.empty()) return;
   const auto& first = digests.front().bytes;
-  const bool sha256_prefix = std::memcmp(first.data(), "sha256:", 7) == 0 ||
-                             std::memcmp(first.data(), "SHA256:", 7) == 0;
+  const bool sha256_prefix =
+      std::memcmp(first.data(), "sha256:", 7) == 0 || std::memcmp(first.data(), "SHA256:", 7) == 0;
   const bool all_hex = std::all_of(first.begin(), first.end(), [](std::uint8_t c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
   });
@@ -109,10 +106,8 @@ DigestInput digests_from(py::handle object, const char* what) {
     } else if (itemsize == Digest::kSize && (kind == 'S' || kind == 'V') && array.ndim() == 1) {
       count = static_cast<std::size_t>(array.shape(0));
     } else {
-      throw py::type_error(std::string(what) + ": an array of dtype " +
-                           py::str(py::handle(dtype)).cast<std::string>() + " and " +
-                           std::to_string(array.ndim()) +
-                           " dimensions; expected uint8 of shape (N, 32) (or 1-D S32/V32)");
+      throw py::type_error(std::string(what) + " is " + describe(object) +
+                           "; expected uint8 of shape (N, 32) or (N * 32,) (or 1-D S32/V32)");
     }
     if (!(array.flags() & py::array::c_style)) {
       // One copy, for a view with strides (a slice a[::2], a transpose).
@@ -143,7 +138,7 @@ DigestInput digests_from(py::handle object, const char* what) {
   PyObject* iterator = PyObject_GetIter(object.ptr());
   if (iterator == nullptr) {
     PyErr_Clear();
-    throw py::type_error(std::string(what) + " is a " + type_name(object) +
+    throw py::type_error(std::string(what) + " is " + describe(object) +
                          "; expected a uint8 array of shape (N, 32), N * 32 bytes, or an "
                          "iterable of 32-byte bytes");
   }
@@ -180,7 +175,7 @@ std::optional<Key> key_from(py::handle object) {
         "abf.read_key_file(path), or give the 16 key bytes");
   }
   if (!PyObject_CheckBuffer(object.ptr())) {
-    throw py::type_error("key is a " + type_name(object) + "; expected an abf.Key or 16 bytes");
+    throw py::type_error("key is " + describe(object) + "; expected an abf.Key or 16 bytes");
   }
   Py_buffer view;
   if (PyObject_GetBuffer(object.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
@@ -214,7 +209,7 @@ CatalogId catalog_id_from(py::handle object) {
     std::memcpy(id.bytes.data(), info.ptr, 16);
     return id;
   }
-  throw py::type_error("catalog_id is a " + type_name(object) +
+  throw py::type_error("catalog_id is " + describe(object) +
                        "; expected None, 16 bytes or 32 hex digits");
 }
 
@@ -223,26 +218,107 @@ py::object catalog_id_object(const CatalogId& id) {
   return py::str(id.hex());
 }
 
-std::uint64_t count_from(py::handle object, ErrorCode code, const char* what) {
-  if (!PyIndex_Check(object.ptr()) || PyBool_Check(object.ptr())) {
-    throw py::type_error(std::string(what) + " must be an int, not " + type_name(object));
+std::string describe(py::handle object) {
+  if (py::isinstance<py::array>(object)) {
+    auto array = py::reinterpret_borrow<py::array>(object);
+    std::string shape;
+    for (py::ssize_t i = 0; i < array.ndim(); ++i) {
+      if (i > 0) shape += ", ";
+      shape += std::to_string(array.shape(i));
+    }
+    if (array.ndim() == 1) shape += ",";
+    return "a numpy.ndarray of shape (" + shape + ") and dtype " +
+           py::str(py::handle(array.dtype())).cast<std::string>();
+  }
+  if (object.is_none()) return "None";
+  py::handle type = py::type::handle_of(object);
+  std::string module = py::str(type.attr("__module__")).cast<std::string>();
+  std::string name = py::str(type.attr("__qualname__")).cast<std::string>();
+  if (module == "builtins") {
+    return (std::string_view("aeiou").find(name.front()) != std::string_view::npos ? "an " : "a ") +
+           name;
+  }
+  if (module == "abf._abf") module = "abf";
+  return "a " + module + "." + name;
+}
+
+std::uint64_t count_from(py::handle object, ErrorCode code, const char* what, std::uint64_t max) {
+  if (PyFloat_Check(object.ptr())) {
+    const double value = PyFloat_AsDouble(object.ptr());
+    // 2^63 is exact as a double; every double below it that is whole fits.
+    if (!std::isfinite(value) || value < 0 || value != std::floor(value) ||
+        value >= 9223372036854775808.0 || static_cast<std::uint64_t>(value) > max) {
+      raise(code, std::string(what) + " " + py::repr(object).cast<std::string>() +
+                      " is not a whole number in 0.." + std::to_string(max));
+    }
+    return static_cast<std::uint64_t>(value);
+  }
+  // An ndarray has __index__ too (for its one-element case): refused here,
+  // whatever its size, rather than converted.
+  if (!PyIndex_Check(object.ptr()) || PyBool_Check(object.ptr()) ||
+      py::isinstance<py::array>(object)) {
+    throw py::type_error(std::string(what) + " must be an int, not " + describe(object));
   }
   auto number = py::reinterpret_steal<py::object>(PyNumber_Index(object.ptr()));
   if (!number) throw py::error_already_set();
   int overflow = 0;
   const long long value = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
-  if (overflow != 0 || value < 0) {
-    raise(code, std::string(what) + " " + py::str(object).cast<std::string>() + " is out of range");
+  if (overflow != 0 || value < 0 || static_cast<std::uint64_t>(value) > max) {
+    raise(code, std::string(what) + " " + py::str(number).cast<std::string>() +
+                    " is out of range (0.." + std::to_string(max) + ")");
   }
   return static_cast<std::uint64_t>(value);
 }
 
+double real_from(py::handle object, const char* what) {
+  if (PyFloat_Check(object.ptr())) return PyFloat_AsDouble(object.ptr());
+  if (PyIndex_Check(object.ptr()) && !PyBool_Check(object.ptr()) &&
+      !py::isinstance<py::array>(object)) {
+    const double value = PyFloat_AsDouble(object.ptr());
+    if (value == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    return value;
+  }
+  throw py::type_error(std::string(what) + " must be a float, not " + describe(object));
+}
+
+std::string string_from(py::handle object, const char* what) {
+  if (!PyUnicode_Check(object.ptr())) {
+    throw py::type_error(std::string(what) + " must be a str, not " + describe(object));
+  }
+  return object.cast<std::string>();
+}
+
+bool flag_from(py::handle object, const char* what) {
+  if (PyBool_Check(object.ptr())) return object.ptr() == Py_True;
+  if (py::isinstance(object, py::module_::import("numpy").attr("bool_"))) {
+    return PyObject_IsTrue(object.ptr()) == 1;
+  }
+  throw py::type_error(std::string(what) + " must be a bool, not " + describe(object));
+}
+
+Backend backend_from(py::handle object, const char* what) {
+  return backend_from(string_from(object, what));
+}
+
 Backend backend_from(const std::string& name) { return unwrap(parse_backend(name)); }
 
-std::filesystem::path path_from(py::handle object) {
-  py::object path = py::module_::import("os").attr("fspath")(object);
-  if (PyBytes_Check(path.ptr())) return std::filesystem::path(path.cast<std::string>());
-  return std::filesystem::path(path.cast<std::string>());
+std::filesystem::path path_from(py::handle object, const char* what) {
+  py::module_ os = py::module_::import("os");
+  py::object path;
+  try {
+    path = os.attr("fspath")(object);
+  } catch (py::error_already_set& failure) {
+    if (!failure.matches(PyExc_TypeError)) throw;
+    throw py::type_error(std::string(what) + " must be a str, bytes or os.PathLike, not " +
+                         describe(object));
+  }
+  // A str as the file system spells it (surrogateescape), as os.open does.
+  const std::string bytes = os.attr("fsencode")(path).cast<std::string>();
+  if (const auto nul = bytes.find('\0'); nul != std::string::npos) {
+    throw py::value_error(std::string(what) + ": embedded null byte at byte " +
+                          std::to_string(nul) + " of the path");
+  }
+  return std::filesystem::path(bytes);
 }
 
 }  // namespace abf::python

@@ -44,8 +44,9 @@ py::object fingerprint_object(const Scheme& scheme) {
 // bool array of exactly n elements.
 py::array_t<bool> answers_for(py::handle out, std::size_t n) {
   if (out.is_none()) return py::array_t<bool>(static_cast<py::ssize_t>(n));
-  if (!py::isinstance<py::array_t<bool>>(out)) {
-    throw py::type_error("out must be a NumPy bool array");
+  if (!py::isinstance<py::array>(out) ||
+      py::reinterpret_borrow<py::array>(out).dtype().kind() != 'b') {
+    throw py::type_error("out must be a NumPy bool array, not " + describe(out));
   }
   auto array = py::reinterpret_borrow<py::array_t<bool>>(out);
   if (array.ndim() != 1 || static_cast<std::size_t>(array.shape(0)) != n ||
@@ -57,8 +58,9 @@ py::array_t<bool> answers_for(py::handle out, std::size_t n) {
 }
 
 template <class F>
-py::array_t<bool> query(const F& filter, py::handle digests, py::handle out,
-                        const std::string& backend) {
+py::array_t<bool> query(const F& filter, py::handle digests, py::handle out, py::handle backend,
+                        const std::shared_ptr<MapGuard>& guard) {
+  check_mapping(guard);
   const Backend engine = backend_from(backend);
   DigestInput input = digests_from(digests);
   py::array_t<bool> answers = answers_for(out, input.size());
@@ -68,21 +70,24 @@ py::array_t<bool> query(const F& filter, py::handle digests, py::handle out,
     py::gil_scoped_release release;
     done = filter.query(input.span(), span, engine);
   }
+  check_mapping(guard);
   unwrap(std::move(done));
   return answers;
 }
 
 template <class F>
-bool might_contain(const F& filter, py::handle digest) {
+bool might_contain(const F& filter, py::handle digest, const std::shared_ptr<MapGuard>& guard) {
+  check_mapping(guard);
   // One digest: 32 bytes, or a hex str (with or without "sha256:").
-  DigestInput input = PyUnicode_Check(digest.ptr())
-                          ? digests_from(py::make_tuple(digest), "digest")
-                          : digests_from(digest, "digest");
+  DigestInput input = PyUnicode_Check(digest.ptr()) ? digests_from(py::make_tuple(digest), "digest")
+                                                    : digests_from(digest, "digest");
   if (input.size() != 1) {
     raise(ErrorCode::kInvalidDigest, "digest: " + std::to_string(input.size()) +
                                          " digests given; might_contain takes one (use query)");
   }
-  return filter.might_contain(input.span()[0]);
+  const bool answer = filter.might_contain(input.span()[0]);
+  check_mapping(guard);
+  return answer;
 }
 
 // 32 hex digits (ContentFingerprint::hex), or None when unknown.
@@ -202,9 +207,12 @@ py::object snapshot_buffer(const Filter& filter, int protocol) {
   return py::bytes(reinterpret_cast<const char*>(array.data()), array.size());
 }
 
-PyFilter filter_from_snapshot(py::buffer data, py::handle key) {
+PyFilter filter_from_snapshot(py::handle data, py::handle key) {
+  if (!PyObject_CheckBuffer(data.ptr())) {
+    throw py::type_error("data must be bytes-like (the snapshot's bytes), not " + describe(data));
+  }
   std::optional<Key> k = key_from(key);
-  py::buffer_info info = data.request();
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(data).request();
   std::span<const std::uint8_t> bytes(static_cast<const std::uint8_t*>(info.ptr),
                                       static_cast<std::size_t>(info.size * info.itemsize));
   Result<Filter> filter = [&] {
@@ -219,12 +227,15 @@ PyFilterSet set_from_shards(py::handle shards, py::handle expected_items) {
       count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items");
   std::vector<Filter> filters;
   std::optional<Key> key;
+  std::shared_ptr<MapGuard> guard;
   for (py::handle shard : shards) {
     const auto& f = shard.cast<const PyFilter&>();
     filters.push_back(f.filter);
     if (!key) key = f.key;
+    join_guards(guard, f.guard);
   }
-  return PyFilterSet{unwrap(FilterSet::from_shards(std::move(filters), n)), std::move(key)};
+  return PyFilterSet{unwrap(FilterSet::from_shards(std::move(filters), n)), std::move(key),
+                     std::move(guard)};
 }
 
 BuildOptions build_options(std::uint64_t catalog_version, py::handle catalog_id, py::handle key) {
@@ -252,12 +263,13 @@ std::optional<std::uint32_t> shard_count_from(py::handle shards, const BloomSpec
   return static_cast<std::uint32_t>(count);
 }
 
-py::object build(py::handle digests, py::handle expected_items, double fpp,
+py::object build(py::handle digests, py::handle expected_items, py::handle fpp,
                  py::handle catalog_version, py::handle catalog_id, py::handle key,
-                 py::handle shards, const std::string& backend) {
+                 py::handle shards, py::handle backend) {
   const Backend engine = backend_from(backend);
   const BloomSpec spec{
-      count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items"), fpp};
+      count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items"),
+      real_from(fpp, "fpp")};
   BuildOptions options = build_options(
       count_from(catalog_version, ErrorCode::kInvalidArgument, "catalog_version"), catalog_id, key);
   const std::optional<std::uint32_t> shard_count = shard_count_from(shards, spec);
@@ -286,7 +298,7 @@ py::object build(py::handle digests, py::handle expected_items, double fpp,
   return py::cast(PyFilterSet{unwrap(std::move(set)), std::move(options.key)});
 }
 
-py::object load(py::handle path_object, py::handle key, const std::string& mode) {
+py::object load(py::handle path_object, py::handle key, py::handle mode) {
   const std::filesystem::path path = path_from(path_object);
   LoadOptions options;
   options.mode = load_mode_from(mode);
@@ -296,40 +308,53 @@ py::object load(py::handle path_object, py::handle key, const std::string& mode)
     py::gil_scoped_release release;
     return filter_file_kind(path);
   }();
+  std::shared_ptr<MapGuard> guard;
   if (unwrap(std::move(kind)) == FilterFileKind::kManifest) {
     Result<FilterSet> set = [&] {
       py::gil_scoped_release release;
       return load_filter_set(path, options);
     }();
-    return py::cast(PyFilterSet{unwrap(std::move(set)), std::move(held)});
+    PyFilterSet loaded{unwrap(std::move(set)), std::move(held)};
+    if (options.mode == LoadMode::kMap) {
+      std::vector<const void*> payloads;
+      for (const Filter& shard : loaded.set.shards()) payloads.push_back(shard.payload().data());
+      guard_mappings(loaded.guard, payloads, path.string());
+    }
+    return py::cast(std::move(loaded));
   }
   Result<Filter> filter = [&] {
     py::gil_scoped_release release;
     return load_snapshot(path, options);
   }();
-  return py::cast(PyFilter{unwrap(std::move(filter)), std::move(held)});
+  PyFilter loaded{unwrap(std::move(filter)), std::move(held)};
+  if (options.mode == LoadMode::kMap) {
+    guard_mapping(loaded.guard, loaded.filter.payload().data(), path.string());
+  }
+  return py::cast(std::move(loaded));
 }
 
-py::object merge(py::handle parts, py::handle catalog_version, py::handle key,
-                 const std::string& mode) {
+py::object merge(py::handle parts, py::handle catalog_version, py::handle key, py::handle mode) {
   MergeOptions options;
   if (!catalog_version.is_none()) {
     options.catalog_version =
         count_from(catalog_version, ErrorCode::kInvalidArgument, "catalog_version");
   }
   std::vector<py::object> objects;
+  std::shared_ptr<MapGuard> guard;  // of the parts, checked once they are read
   bool any_set = false;
   std::size_t index = 0;
   for (py::handle part : parts) {
     ++index;
     py::object object = py::reinterpret_borrow<py::object>(part);
     if (!py::isinstance<PyFilter>(part) && !py::isinstance<PyFilterSet>(part)) {
-      options.labels.push_back(path_from(part).string());
+      options.labels.push_back(path_from(part, "parts item").string());
       object = load(part, key, mode);
     } else {
       options.labels.push_back("part " + std::to_string(index));
     }
     any_set = any_set || py::isinstance<PyFilterSet>(object);
+    join_guards(guard, py::isinstance<PyFilterSet>(object) ? object.cast<const PyFilterSet&>().guard
+                                                           : object.cast<const PyFilter&>().guard);
     objects.push_back(std::move(object));
   }
   if (objects.empty()) raise(ErrorCode::kInvalidArgument, "merge: no parts given");
@@ -345,6 +370,7 @@ py::object merge(py::handle parts, py::handle catalog_version, py::handle key,
       py::gil_scoped_release release;
       return merge_filters(filters, options);
     }();
+    check_mapping(guard);
     return py::cast(PyFilter{unwrap(std::move(merged)), std::move(held)});
   }
   std::vector<FilterSet> sets;
@@ -363,14 +389,17 @@ py::object merge(py::handle parts, py::handle catalog_version, py::handle key,
     py::gil_scoped_release release;
     return merge_filter_sets(sets, options);
   }();
+  check_mapping(guard);
   return py::cast(PyFilterSet{unwrap(std::move(merged)), std::move(held)});
 }
 
 // Counting sort of digests by shard: S arrays of shape (n_s, 32), each in
 // input order. For the Dask build, whose per-shard partials each see only
 // their shard's digests.
-py::list split_by_shard(py::handle digests, std::uint32_t shard_count) {
-  if (shard_count < 1 || shard_count > kMaxShardCount) {
+py::list split_by_shard(py::handle digests, py::handle shard_count_arg) {
+  const auto shard_count = static_cast<std::uint32_t>(
+      count_from(shard_count_arg, ErrorCode::kInvalidArgument, "shard_count", kMaxShardCount));
+  if (shard_count < 1) {
     raise(ErrorCode::kInvalidArgument, "shard_count " + std::to_string(shard_count) +
                                            " is outside 1.." + std::to_string(kMaxShardCount));
   }
@@ -417,7 +446,7 @@ py::array_t<std::uint32_t> shard_index(const FilterSet& set, py::handle digests)
 // of the Python-to-C++ ratio, in the same process on the same digests.
 template <class F>
 std::vector<double> bench_query(const F& filter, py::handle digests, int repeats,
-                                const std::string& backend) {
+                                py::handle backend) {
   const Backend engine = backend_from(backend);
   DigestInput input = digests_from(digests);
   std::vector<Answer> answers(input.size());
@@ -495,7 +524,8 @@ void common_properties(Class& c, Get get) {
 
 }  // namespace
 
-LoadMode load_mode_from(const std::string& mode) {
+LoadMode load_mode_from(py::handle object) {
+  const std::string mode = string_from(object, "mode");
   if (mode == "auto") return LoadMode::kAuto;
   if (mode == "copy") return LoadMode::kCopy;
   if (mode == "map") return LoadMode::kMap;
@@ -518,7 +548,8 @@ the key bytes: send pickles only where the key may go.
            }),
            py::arg("key_bytes"), "A key from its 16 bytes.")
       .def_static(
-          "from_hex", [](const std::string& hex) { return unwrap(Key::parse_hex(hex)); },
+          "from_hex",
+          [](py::handle hex) { return unwrap(Key::parse_hex(string_from(hex, "hex"))); },
           py::arg("hex"), "A key from 32 hex digits (abf.FilterKeyError otherwise).")
       .def_static(
           "generate", [] { return unwrap(Key::generate()); },
@@ -557,7 +588,11 @@ others may read it (chmod 600); abf.IoError if it cannot be read.
 )doc");
   m.def(
       "write_key_file",
-      [](const Key& key, py::handle path) {
+      [](py::handle key_arg, py::handle path) {
+        if (!py::isinstance<Key>(key_arg)) {
+          throw py::type_error("key must be an abf.Key, not " + describe(key_arg));
+        }
+        const Key key = key_arg.cast<const Key&>();
         const auto p = path_from(path);
         py::gil_scoped_release release;
         unwrap(write_key_file(key, p));
@@ -578,8 +613,8 @@ with its key).
       .def(py::init([](py::args, py::kwargs) -> PyFilter { throw py::type_error(kNoConstructor); }))
       .def(
           "query",
-          [](const PyFilter& f, py::handle digests, py::handle out, const std::string& backend) {
-            return query(f.filter, digests, out, backend);
+          [](const PyFilter& f, py::handle digests, py::handle out, py::handle backend) {
+            return query(f.filter, digests, out, backend, f.guard);
           },
           py::arg("digests"), py::arg("out") = py::none(), py::arg("backend") = "auto", R"doc(
 One answer per digest, in order: a NumPy bool array, True = maybe, False =
@@ -590,7 +625,9 @@ batch engine runs on every core; the digests must not change meanwhile.
 )doc")
       .def(
           "might_contain",
-          [](const PyFilter& f, py::handle digest) { return might_contain(f.filter, digest); },
+          [](const PyFilter& f, py::handle digest) {
+            return might_contain(f.filter, digest, f.guard);
+          },
           py::arg("digest"), "The answer for one 32-byte digest (the scalar reference).")
       .def(
           "save",
@@ -603,16 +640,25 @@ batch engine runs on every core; the digests must not change meanwhile.
       .def(
           "to_bytes",
           [](const PyFilter& f) {
+            check_mapping(f.guard);
             std::vector<std::uint8_t> bytes;
             {
               py::gil_scoped_release release;
               bytes = serialize_snapshot(f.filter);
             }
+            check_mapping(f.guard);
             return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
           },
           "The snapshot as bytes (header and payload); abf.from_bytes reads it back.")
       .def_property_readonly(
-          "info", [](const PyFilter& f) { return filter_info(f.filter); }, R"doc(
+          "info",
+          [](const PyFilter& f) {
+            check_mapping(f.guard);
+            py::dict info = filter_info(f.filter);
+            check_mapping(f.guard);
+            return info;
+          },
+          R"doc(
 The header fields of this filter's snapshot, as a dict with snake_case keys:
 format_version, hash_protocol_version, hash_count, catalog_version,
 bit_count, expected_item_count, inserted_item_count, target_fpp,
@@ -657,14 +703,16 @@ snapshot bytes.
               [](py::args, py::kwargs) -> PyFilterSet { throw py::type_error(kNoConstructor); }))
       .def(
           "query",
-          [](const PyFilterSet& s, py::handle digests, py::handle out, const std::string& backend) {
-            return query(s.set, digests, out, backend);
+          [](const PyFilterSet& s, py::handle digests, py::handle out, py::handle backend) {
+            return query(s.set, digests, out, backend, s.guard);
           },
           py::arg("digests"), py::arg("out") = py::none(), py::arg("backend") = "auto",
           "As Filter.query: True = maybe, in input order; the GIL is released.")
       .def(
           "might_contain",
-          [](const PyFilterSet& s, py::handle digest) { return might_contain(s.set, digest); },
+          [](const PyFilterSet& s, py::handle digest) {
+            return might_contain(s.set, digest, s.guard);
+          },
           py::arg("digest"), "The answer for one 32-byte digest (its shard's reference answer).")
       .def(
           "save",
@@ -698,15 +746,26 @@ catalog_id (hex or None), key_fingerprint (hex or None).
           "shards",
           [](const PyFilterSet& s) {
             py::list shards;
-            for (const Filter& f : s.set.shards()) shards.append(PyFilter{f, s.key});
+            for (const Filter& f : s.set.shards()) shards.append(PyFilter{f, s.key, s.guard});
             return shards;
           },
           "The shards as Filters (sharing the bits), shard i at index i.")
       .def(
           "shard",
-          [](const PyFilterSet& s, std::uint32_t index) {
-            if (index >= s.set.shard_count()) throw py::index_error("no such shard");
-            return PyFilter{s.set.shard(index), s.key};
+          [](const PyFilterSet& s, py::handle index_arg) {
+            if (!PyIndex_Check(index_arg.ptr()) || PyBool_Check(index_arg.ptr()) ||
+                py::isinstance<py::array>(index_arg)) {
+              throw py::type_error("index must be an int, not " + describe(index_arg));
+            }
+            const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(index_arg.ptr()));
+            if (!index) throw py::error_already_set();
+            const long long i = PyLong_AsLongLong(index.ptr());
+            if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+            if (i < 0 || i >= static_cast<long long>(s.set.shard_count())) {
+              throw py::index_error("shard index " + py::str(index).cast<std::string>() +
+                                    " is outside 0.." + std::to_string(s.set.shard_count() - 1));
+            }
+            return PyFilter{s.set.shard(static_cast<std::uint32_t>(i)), s.key, s.guard};
           },
           py::arg("index"), "Shard index as a Filter.")
       .def(
@@ -778,7 +837,7 @@ key_mismatch). mode: "auto" or "copy" (read into memory), or "map" (mmap
 the file: it must then never change in place).
 )doc");
   m.def(
-      "from_bytes", [](py::buffer data, py::handle key) { return filter_from_snapshot(data, key); },
+      "from_bytes", [](py::handle data, py::handle key) { return filter_from_snapshot(data, key); },
       py::arg("data"), py::arg("key") = py::none(),
       "A Filter from snapshot bytes (Filter.to_bytes), every rule checked.");
   m.def("merge", &merge, py::arg("parts"), py::arg("catalog_version") = py::none(),
@@ -792,32 +851,34 @@ field, abf.CapacityError when the summed counts exceed n.
 
   m.def(
       "choose_layout",
-      [](py::handle expected_items, double fpp) {
+      [](py::handle expected_items, py::handle fpp) {
         const Layout layout = unwrap(choose_layout(
             {count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items"),
-             fpp}));
+             real_from(fpp, "fpp")}));
         return py::make_tuple(layout.bit_count, layout.hash_count);
       },
       py::arg("expected_items"), py::arg("fpp"),
       "(bit_count, hash_count): the layout section 3 chooses for n and p.");
   m.def(
       "choose_shard_count",
-      [](py::handle expected_items, double fpp) {
+      [](py::handle expected_items, py::handle fpp) {
         return unwrap(choose_shard_count(
             {count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items"),
-             fpp}));
+             real_from(fpp, "fpp")}));
       },
       py::arg("expected_items"), py::arg("fpp"),
       "shards=\"auto\": the fewest shards whose filters fit the protocol at fpp.");
   m.def(
       "shard_expected_item_count",
-      [](py::handle expected_items, std::uint32_t shard_count) {
+      [](py::handle expected_items, py::handle shard_count_arg) {
         const std::uint64_t n =
             count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items");
+        const std::uint64_t shard_count =
+            count_from(shard_count_arg, ErrorCode::kInvalidArgument, "shard_count");
         if (n < 1 || shard_count < 1 || shard_count > kMaxShardCount) {
           raise(ErrorCode::kInvalidArgument, "needs expected_items >= 1 and shards in 1..65536");
         }
-        return shard_expected_item_count(n, shard_count);
+        return shard_expected_item_count(n, static_cast<std::uint32_t>(shard_count));
       },
       py::arg("expected_items"), py::arg("shard_count"),
       "n_i: the design capacity of every shard of a set of shard_count shards.");
@@ -869,7 +930,7 @@ allocates afresh. The bits are the same either way.
       py::arg("digests"));
   m.def(
       "_bench_query",
-      [](py::handle f, py::handle digests, int repeats, const std::string& backend) {
+      [](py::handle f, py::handle digests, int repeats, py::handle backend) {
         const std::vector<double> seconds =
             py::isinstance<PyFilterSet>(f)
                 ? bench_query(f.cast<const PyFilterSet&>().set, digests, repeats, backend)

@@ -11,23 +11,30 @@ namespace abf::python {
 namespace {
 
 py::array_t<bool> index_contains(const PyIndex& i, py::handle digests) {
+  check_mapping(i.guard);
   DigestInput input = digests_from(digests);
   py::array_t<bool> answers(static_cast<py::ssize_t>(input.size()));
   bool* out = answers.mutable_data();
+  Result<void> done;
   {
     py::gil_scoped_release release;
-    unwrap(i.index.contains(input.span(), std::span<bool>(out, input.size())));
+    done = i.index.contains(input.span(), std::span<bool>(out, input.size()));
   }
+  check_mapping(i.guard);
+  unwrap(std::move(done));
   return answers;
 }
 
 bool index_contains_one(const PyIndex& i, py::handle digest) {
+  check_mapping(i.guard);
   DigestInput input = digests_from(digest, "digest");
   if (input.size() != 1) {
     raise(ErrorCode::kInvalidDigest, "digest: " + std::to_string(input.size()) +
                                          " digests given; `in` takes one (use contains)");
   }
-  return i.index.contains(input.span()[0]);
+  const bool answer = i.index.contains(input.span()[0]);
+  check_mapping(i.guard);
+  return answer;
 }
 
 }  // namespace
@@ -43,14 +50,18 @@ catalog (same answers). Immutable; any number of threads may look up at once.
 )doc")
       .def_static(
           "load",
-          [](py::handle path, const std::string& mode) {
+          [](py::handle path, py::handle mode) {
             const auto p = path_from(path);
             const LoadMode load_mode = load_mode_from(mode);
             Result<Index> index = [&] {
               py::gil_scoped_release release;
               return Index::load(p, load_mode);
             }();
-            return PyIndex{unwrap(std::move(index)), p.string()};
+            PyIndex loaded{unwrap(std::move(index)), p.string()};
+            if (load_mode == LoadMode::kMap && !loaded.index.digests().empty()) {
+              guard_mapping(loaded.guard, loaded.index.digests().data(), loaded.source);
+            }
+            return loaded;
           },
           py::arg("path"), py::arg("mode") = "auto", R"doc(
 Loads and verifies an index file: header, block checksums and the strict
@@ -82,7 +93,13 @@ hex strings). The GIL is released while the batch runs.
 )doc")
       .def("__contains__", &index_contains_one, py::arg("digest"))
       .def(
-          "digests", [](const PyIndex& i) { return digest_array(i.index.digests()); },
+          "digests",
+          [](const PyIndex& i) {
+            check_mapping(i.guard);
+            auto digests = digest_array(i.index.digests());
+            check_mapping(i.guard);
+            return digests;
+          },
           "Every digest held, ascending, as a uint8 array (N, 32) (a copy).")
       .def("__repr__", [](const PyIndex& i) {
         return "<abf.Index " + i.source + ": " + std::to_string(i.index.size()) +
