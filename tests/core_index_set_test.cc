@@ -147,6 +147,79 @@ TEST(IndexSetLookup, FromShardsRefusesMisroutedDigestsAndMixedCatalogs) {
   EXPECT_TRUE(IndexSet::from_shards({*one}));
 }
 
+// --- golden vectors -------------------------------------------------------------
+
+// vectors/index/index-set.tsv: the manifest, then each shard file, of the
+// set scripts/index-vectors writes (member-5 in 3 shards, a fixed buildId).
+struct GoldenSet {
+  std::vector<std::string> files;  // the manifest first
+  std::vector<std::uint64_t> sizes;
+  std::vector<Digest> digests;
+  IndexIdentity identity;
+  std::uint32_t shards = 0;
+  std::uint64_t build_id = 0;
+};
+
+GoldenSet golden_set() {
+  GoldenSet g;
+  for (const auto& row : test::read_tsv("vectors/index/index-set.tsv")) {
+    EXPECT_EQ(row.size(), 9u);
+    if (g.files.empty()) {
+      std::uint64_t first = 0, end = 0;
+      EXPECT_EQ(std::sscanf(row[1].c_str(), "members %lu %lu", &first, &end), 2);
+      for (std::uint64_t i = first; i < end; ++i) g.digests.push_back(test::member_digest(i));
+      std::sort(g.digests.begin(), g.digests.end());
+      g.identity.catalog_id = *CatalogId::parse_hex(row[2]);
+      g.identity.catalog_version = std::stoull(row[3]);
+      g.identity.block_digests = static_cast<std::uint32_t>(std::stoul(row[4]));
+      g.identity.content_fingerprint = ContentFingerprint::of(g.digests);
+      g.shards = static_cast<std::uint32_t>(std::stoul(row[5]));
+      g.build_id = std::stoull(row[6], nullptr, 16);
+    }
+    g.files.push_back(row[7]);
+    g.sizes.push_back(std::stoull(row[8]));
+  }
+  EXPECT_EQ(g.files.size(), 4u);
+  return g;
+}
+
+TEST(IndexSetGolden, WriterProducesTheGoldenBytes) {
+  const GoldenSet g = golden_set();
+  ASSERT_EQ(g.files.size(), g.shards + 1);
+  test::TempDir dir("abf-idxset-golden");
+  auto written = save_index_set(dir / g.files[0], g.identity, g.shards, g.digests,
+                                {.block_digests = g.identity.block_digests, .build_id = g.build_id});
+  ASSERT_TRUE(written) << written.error().describe();
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, g.files.size());
+  for (std::size_t i = 0; i < g.files.size(); ++i) {
+    SCOPED_TRACE(g.files[i]);
+    const auto expected = bytes_of(test::data_path("vectors/index/" + g.files[i]));
+    ASSERT_EQ(expected.size(), g.sizes[i]);
+    EXPECT_EQ(bytes_of(dir / g.files[i]), expected);
+  }
+}
+
+TEST(IndexSetGolden, LoaderAcceptsTheGoldenSet) {
+  const GoldenSet g = golden_set();
+  for (LoadMode mode : {LoadMode::kCopy, LoadMode::kMap}) {
+    auto set = IndexSet::load(test::data_path("vectors/index/" + g.files[0]), mode);
+    ASSERT_TRUE(set) << set.error().describe();
+    EXPECT_EQ(set->shard_count(), g.shards);
+    EXPECT_EQ(set->catalog_id(), g.identity.catalog_id);
+    EXPECT_EQ(set->catalog_version(), g.identity.catalog_version);
+    EXPECT_EQ(set->content_fingerprint(), g.identity.content_fingerprint);
+    EXPECT_EQ(set->size(), g.digests.size());
+    for (const Digest& d : g.digests) EXPECT_TRUE(set->contains(d));
+    for (std::uint64_t i = 0; i < 20; ++i) EXPECT_FALSE(set->contains(test::non_member_digest(i)));
+  }
+  auto manifest = parse_index_set_manifest(bytes_of(test::data_path("vectors/index/" + g.files[0])));
+  ASSERT_TRUE(manifest) << manifest.error().describe();
+  EXPECT_EQ(manifest->build_id, g.build_id);
+  for (std::uint32_t i = 0; i < g.shards; ++i) EXPECT_EQ(manifest->shards[i].file, g.files[i + 1]);
+}
+
 // --- lookups ------------------------------------------------------------------
 
 TEST(IndexSetLookup, MatchesAStdSetOnRandomDigests) {
