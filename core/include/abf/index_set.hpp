@@ -100,9 +100,10 @@ using IndexDigestSource = std::function<Result<void>(const IndexDigestSink&)>;
 
 struct IndexSetWriteOptions {
   std::uint32_t block_digests = kIndexDefaultBlockDigests;  // of every shard
-  // Shard writers open at once (each holds a file and 8 bytes a block): a
-  // set of more shards is written in ceil(S / max_open_shards) passes.
-  std::uint32_t max_open_shards = 256;
+  // Shard writers open at once, each a file, AtomicFile's 1 MiB buffer and
+  // 8 bytes a block (64: 64 MiB): a set of more shards is written in
+  // ceil(S / max_open_shards) passes after the counting one.
+  std::uint32_t max_open_shards = 64;
   // Test-only: a fixed buildId (nonzero) instead of a random one, so that a
   // write can be compared with the golden files byte for byte.
   std::optional<std::uint64_t> build_id;
