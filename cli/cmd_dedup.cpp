@@ -182,8 +182,8 @@ Command add_dedup_command(CLI::App& root) {
       ->required()
       ->check(not_a_stream("a catalog database, which SQLite opens by name"));
   app->add_option("--index", options->index,
-                  "Exact index of the catalog (abf index) to answer the filter's `Maybe`s from\n"
-                  "memory, SQLite behind it (default: SQLite only)")
+                  "Exact index or index set of the catalog (abf index) to answer the filter's\n"
+                  "`Maybe`s from memory, SQLite behind it (default: SQLite only)")
       ->check(not_a_stream("an index file, which is read whole"));
   app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
   app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")

@@ -22,6 +22,7 @@ struct IndexOptions {
   std::string output;
   std::optional<std::uint64_t> version;
   std::uint32_t block_digests = kIndexDefaultBlockDigests;
+  std::uint32_t shards = 1;
   bool json = false;
   int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
@@ -31,6 +32,15 @@ int run_index(const IndexOptions& options) {
       options.block_digests > kIndexMaxBlockDigests) {
     return usage_error("index", "--block-digests " + std::to_string(options.block_digests) +
                                     " is not a power of two in 1..1048576");
+  }
+  if (options.shards < 1 || options.shards > kIndexSetMaxShardCount) {
+    return usage_error("index", "--shards " + std::to_string(options.shards) +
+                                    " is outside 1..65536");
+  }
+  if (options.shards > 1 && options.output == "-") {
+    return usage_error("index",
+                       "an index set (--shards > 1) is a manifest and shard files beside it; "
+                       "-o must name a file, not standard output");
   }
   if (auto clash = output_overwrites_input(options.output, {{"--db", options.db}})) {
     return usage_error("index", *clash);
@@ -49,6 +59,12 @@ int run_index(const IndexOptions& options) {
   }
   auto built = [&] {
     const Activity activity("indexing " + options.db + " version " + std::to_string(version));
+    if (options.shards > 1) {
+      return service::build_index_set_from_catalog(*catalog, version, options.output,
+                                                   options.shards,
+                                                   {.block_digests = options.block_digests,
+                                                    .build_id = std::nullopt});
+    }
     return service::build_index_from_catalog(*catalog, version, options.output,
                                              options.block_digests);
   }();
@@ -64,11 +80,12 @@ int run_index(const IndexOptions& options) {
         {"digest_count", built->digest_count},
         {"content_fingerprint", built->fingerprint.hex()},
         {"block_digests", options.block_digests},
+        {"shards", options.shards},
         {"bytes", IndexHeader{.digest_count = built->digest_count,
                               .block_digests = options.block_digests,
                               .block_count = (built->digest_count + options.block_digests - 1) /
                                              options.block_digests}
-                      .file_size()},
+                      .file_size()},  // of the digests' files, without a set's manifest
         {"seconds", seconds},
     };
     text = json_text(json);
@@ -101,9 +118,15 @@ Command add_index_command(CLI::App& root) {
       "The digests must add up to the count and content fingerprint the catalog records for\n"
       "the version, else nothing is written (a damaged catalog). The index answers for its\n"
       "version; dedup at a newer head checks what was added since against SQLite.\n"
+      "--shards S (1..65536) writes an index set instead (manifest magic ABXS): S ABFX\n"
+      "files beside -o, shard i holding the digests whose bytes 24..32 (big-endian) mod S\n"
+      "are i, as a filter set of S shards splits them. The catalog is read once to count\n"
+      "each shard, then once per 64 shards to write them (64 files open at a time); the\n"
+      "shards appear first, the manifest last, by rename; the old set's shards go after.\n"
       "Examples:\n"
       "  abf index --db catalog.db -o catalog.abfx                 (the latest version)\n"
       "  abf index --db catalog.db --version 41 -o catalog-41.abfx\n"
+      "  abf index --db catalog.db --shards 3 -o catalog.abxs        (3 shards + manifest)\n"
       "  abf dedup --snapshot c.abf --index catalog.abfx --db catalog.db -i cand.txt\n"
       "  abf inspect catalog.abfx                                  (verify and describe)");
   app->add_option("--db", options->db, "Catalog database (opened read-only)")
@@ -116,6 +139,9 @@ Command add_index_command(CLI::App& root) {
   app->add_option("--block-digests", options->block_digests,
                   "Digests per checksummed block, a power of two (default 4096)")
       ->transform(count_validator(1, kIndexMaxBlockDigests));
+  app->add_option("--shards", options->shards,
+                  "Write an index set of this many shards (1..65536; default 1: one ABFX file)")
+      ->transform(count_validator(1, kIndexSetMaxShardCount));
   app->add_flag("--json", options->json, "Print the summary as one JSON object");
   add_busy_timeout_option(*app, options->busy_timeout_ms);
   return {app, [options] { return run_index(*options); }};

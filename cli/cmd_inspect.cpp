@@ -149,8 +149,9 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
   return kExitOk;
 }
 
-// Whether `path` starts with the ABFX magic (an exact index).
-bool names_index(const std::string& path) {
+// Whether `path` starts with the ABFX magic (an exact index) or the ABXS
+// magic (an index set).
+bool names_index(const std::string& path, std::string_view magic_wanted = "ABFX") {
   if (path == "-") return false;
   // Only a regular file is peeked at: opening a FIFO would wait for a
   // writer (the snapshot loader then refuses anything else at once).
@@ -158,7 +159,90 @@ bool names_index(const std::string& path) {
   if (!std::filesystem::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
-  return in.read(magic, 4) && std::string_view(magic, 4) == "ABFX";
+  return in.read(magic, 4) && std::string_view(magic, 4) == magic_wanted;
+}
+
+// An index set (abf index --shards): the manifest and every shard verified
+// (IndexSet::load), the set, then each shard.
+int inspect_index_set(const InspectOptions& options) {
+  auto set = [&] {
+    const Activity activity("verifying " + options.snapshot);
+    return IndexSet::load(options.snapshot);
+  }();
+  if (!set) return report("inspect", set.error());
+  // The names, for the listing (the load checked this manifest).
+  const std::string text = [&] {
+    std::ifstream in(options.snapshot, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  auto manifest = parse_index_set_manifest(
+      std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()),
+      options.snapshot);
+  if (!manifest) return report("inspect", manifest.error());
+  const auto recorded = set->content_fingerprint();
+  const ContentFingerprint actual = set->digests_fingerprint();
+  const bool matches = !recorded || *recorded == actual;
+  std::string out;
+  if (options.json) {
+    nlohmann::ordered_json json;
+    json["path"] = options.snapshot;
+    json["magic"] = "ABXS";
+    json["format_version"] = manifest->format_version;
+    json["shard_count"] = set->shard_count();
+    json["catalog_id"] = set->catalog_id().hex();
+    json["catalog_version"] = set->catalog_version();
+    json["content_fingerprint"] = fingerprint_json(recorded);
+    json["digests_fingerprint"] = actual.hex();
+    json["digest_count"] = set->size();
+    json["build_id"] = hex64(manifest->build_id);
+    nlohmann::ordered_json shards = nlohmann::ordered_json::array();
+    for (std::uint32_t i = 0; i < set->shard_count(); ++i) {
+      const IndexHeader& h = set->shard(i).header();
+      shards.push_back({{"index", i},
+                        {"file", manifest->shards[i].file},
+                        {"file_size", h.file_size()},
+                        {"digest_count", h.digest_count},
+                        {"content_fingerprint", fingerprint_json(h.content_fingerprint())},
+                        {"block_digests", h.block_digests},
+                        {"header_checksum", hex64(h.header_checksum)},
+                        {"table_checksum", hex64(set->shard(i).table_checksum())}});
+    }
+    json["shards"] = std::move(shards);
+    out = json_text(json);
+  } else {
+    const std::string fingerprint =
+        !recorded ? std::string("none")
+                  : recorded->hex() + (matches ? " (the digests add up to it)"
+                                               : " (the digests add up to " + actual.hex() +
+                                                     " instead)");
+    append(out, "index set             %s\n", options.snapshot.c_str());
+    append(out, "magic                 ABXS (exact index set)\n");
+    append(out, "format version        %u\n", manifest->format_version);
+    append(out, "shards                %u (shard = big-endian u64 of bytes 24..32 mod %u)\n",
+           set->shard_count(), set->shard_count());
+    append(out, "catalog id            %s%s\n", set->catalog_id().hex().c_str(),
+           set->catalog_id().is_zero() ? " (none: tied to no catalog)" : "");
+    append(out, "catalog version       %llu\n",
+           static_cast<unsigned long long>(set->catalog_version()));
+    append(out, "digests               %s (every shard verified and routed)\n",
+           with_commas(set->size()).c_str());
+    append(out, "content fingerprint   %s\n", fingerprint.c_str());
+    for (std::uint32_t i = 0; i < set->shard_count(); ++i) {
+      const IndexHeader& h = set->shard(i).header();
+      append(out, "shard %-5u           %s: %s digests, %s bytes\n", i,
+             manifest->shards[i].file.c_str(), with_commas(h.digest_count).c_str(),
+             with_commas(h.file_size()).c_str());
+    }
+  }
+  if (auto wrote = write_stdout(out); !wrote) return report("inspect", wrote.error());
+  if (!matches) {
+    return report("inspect",
+                  Error{ErrorCode::kCatalogMismatch,
+                        options.snapshot + ": the digests add up to content fingerprint " +
+                            actual.hex() + ", not the " + recorded->hex() +
+                            " the manifest records"});
+  }
+  return kExitOk;
 }
 
 // An exact index (abf index): loaded (every rule verified), its header, and
@@ -221,6 +305,7 @@ int inspect_index(const InspectOptions& options) {
 
 int run_inspect(const InspectOptions& options) {
   if (names_index(options.snapshot)) return inspect_index(options);
+  if (names_index(options.snapshot, "ABXS")) return inspect_index_set(options);
   auto key = key_from_option(options.key_file);
   if (!key) return report("inspect", key.error());
   LoadOptions load_options;
@@ -308,7 +393,8 @@ Command add_inspect_command(CLI::App& root) {
       "fingerprint. A filter set (a manifest, abf build --shards) is checked whole: the\n"
       "manifest, then every shard against it; the set is shown, then each shard. An exact\n"
       "index (abf index, magic ABFX) is checked whole too: header, block checksums, order,\n"
-      "and whether its digests add up to the content fingerprint it records.\n"
+      "and whether its digests add up to the content fingerprint it records; an index set\n"
+      "(abf index --shards, magic ABXS) likewise, the manifest and every shard.\n"
       "Examples:\n"
       "  abf inspect catalog.abf --json\n"
       "  abf inspect catalog.abfs\n"

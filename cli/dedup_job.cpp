@@ -77,7 +77,7 @@ Result<DedupOutcome> run_dedup_job(DedupJob job) {
   if (!job.index.empty()) {
     auto index = [&] {
       const Activity activity("loading " + job.index);
-      return Index::load(job.index);
+      return IndexSet::load(job.index);
     }();
     if (!index) return std::unexpected(index.error());
     if (auto bound = service::check_index_binding(*index, job.index, *catalog); !bound) {

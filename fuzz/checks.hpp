@@ -40,6 +40,16 @@ std::string check_snapshot(std::span<const std::uint8_t> data);
 // neighbours equal std::binary_search.
 std::string check_index(std::span<const std::uint8_t> data);
 
+// Input: one control byte, then ABXS index-set manifest bytes
+// (docs/protocol.md section 14, "Index sets"). Control bit 0 recomputes the
+// body checksum, bit 1 the header checksum, so mutations reach the field
+// rules behind them. Properties: the parser never reads out of bounds; a
+// manifest it accepts encodes back to the same bytes, holds 1..65,536
+// entries whose counts sum to the set's and whose names are distinct plain
+// file names; a load of it from a file fails with the parser's code, or
+// (accepted, no shard beside it) on a shard.
+std::string check_index_set(std::span<const std::uint8_t> data);
+
 // Input: text, read as hex digest lines, or as NUL-terminated records
 // where its first MiB holds a NUL. Properties: the reader
 // accepts the text exactly when every non-blank line (record) parses on its

@@ -126,6 +126,15 @@ int main(int argc, char** argv) {
     write(out / "index", "short", Bytes{3, 'A', 'B', 'F', 'X', 1, 0, 0, 0});
   }
 
+  // Index-set manifests: the golden ones as they are and resealed.
+  for (const auto& entry : fs::recursive_directory_iterator(vectors)) {
+    if (entry.path().extension() != ".abxs") continue;
+    const Bytes bytes = read(entry.path());
+    const std::string stem = entry.path().stem().string();
+    write(out / "index_set", "golden-" + stem, with_control(0, bytes));
+    write(out / "index_set", "golden-" + stem + "-resealed", with_control(3, bytes));
+  }
+
   // Snapshots: the golden files as they are and resealed, and small ones.
   for (const auto& entry : fs::recursive_directory_iterator(vectors)) {
     if (entry.path().extension() != ".abf") continue;

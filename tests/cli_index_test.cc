@@ -184,6 +184,105 @@ TEST_F(CliIndexTest, InspectDescribesAndVerifiesAnIndex) {
   EXPECT_NE(run.err.find("bad magic"), std::string::npos) << run.err;
 }
 
+// Index sets (abf index --shards): dedup answers byte for byte as with the
+// single index and as --exact-only, at the head and behind it.
+TEST_F(CliIndexTest, DedupWithAnIndexSetEqualsTheSingleIndexAndExactOnly) {
+  make_catalog();
+  ok("build --from-catalog c.db -n 20000 -p 0.01 -o s.abf");
+  ok("dedup -s s.abf --db c.db -f bin -i cand.bin --exact-only -o exact.txt");
+  const std::string exact = test::read_file(path("exact.txt"));
+  ASSERT_EQ(std::count(exact.begin(), exact.end(), '\n'), 10500);
+  for (int v : {1, 3}) {
+    const std::string version = std::to_string(v);
+    ok("index --db c.db --version " + version + " -o i" + version + ".abfx");
+    ok("dedup -s s.abf --index i" + version + ".abfx --db c.db -f bin -i cand.bin -o single" +
+       version + ".txt");
+    EXPECT_EQ(test::read_file(path("single" + version + ".txt")), exact);
+    for (int shards : {2, 3, 17}) {
+      SCOPED_TRACE(testing::Message() << "version " << v << ", " << shards << " shards");
+      const std::string set = "set" + version + "-" + std::to_string(shards) + ".abxs";
+      ok("index --db c.db --version " + version + " --shards " + std::to_string(shards) +
+         " -o " + set);
+      const std::string out = "out-" + set + ".txt";
+      const CliRun run =
+          abf("dedup -s s.abf --index " + set + " --db c.db -f bin -i cand.bin -o " + out +
+              " --json");
+      ASSERT_EQ(run.status, 0) << run.err;
+      EXPECT_EQ(test::read_file(path(out)), exact);
+      EXPECT_EQ(test::read_file(path(out)), test::read_file(path("single" + version + ".txt")));
+      EXPECT_NE(run.out.find("\"index_version\": " + version), std::string::npos) << run.out;
+      if (v == 3) {
+        EXPECT_NE(run.out.find("\"store_lookups\": 0"), std::string::npos) << run.out;
+      }
+    }
+  }
+  // Only the manifests and their shards are there.
+  std::size_t shard_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_.path())) {
+    if (entry.path().extension() == ".abfx" &&
+        entry.path().filename().string().find(".abxs.") != std::string::npos) {
+      ++shard_files;
+    }
+  }
+  EXPECT_EQ(shard_files, 2u * (2 + 3 + 17));
+}
+
+TEST_F(CliIndexTest, AnIndexSetReplacedLeavesOnlyTheNewShards) {
+  make_catalog();
+  ok("index --db c.db --version 1 --shards 5 -o c.abxs");
+  ok("index --db c.db --version 3 --shards 2 -o c.abxs");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("c.abxs")) names.push_back(name);
+  }
+  EXPECT_EQ(names.size(), 3u);
+  const CliRun run = abf("inspect c.abxs --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("\"shard_count\": 2"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\"catalog_version\": 3"), std::string::npos) << run.out;
+}
+
+TEST_F(CliIndexTest, IndexRefusesBadShardCounts) {
+  make_catalog();
+  for (const std::string bad : {"0", "65537", "-1", "x"}) {
+    const CliRun run = abf("index --db c.db --shards " + bad + " -o x.abxs");
+    EXPECT_EQ(run.status, 2) << bad << ": " << run.err;
+  }
+  const CliRun run = abf("index --db c.db --shards 3 -o -");
+  EXPECT_EQ(run.status, 2) << run.err;
+  EXPECT_NE(run.err.find("standard output"), std::string::npos) << run.err;
+  for (const auto& entry : fs::directory_iterator(dir_.path())) {
+    EXPECT_FALSE(entry.path().filename().string().starts_with("x.abxs")) << entry.path();
+  }
+}
+
+TEST_F(CliIndexTest, InspectDescribesAndVerifiesAnIndexSet) {
+  make_catalog();
+  ok("index --db c.db --version 1 --shards 3 -o i.abxs");
+  CliRun run = abf("inspect i.abxs --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("\"magic\": \"ABXS\""), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\"shard_count\": 3"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\"digest_count\": 6000"), std::string::npos) << run.out;
+  run = abf("inspect i.abxs");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("ABXS (exact index set)"), std::string::npos) << run.out;
+  // A shard gone: refused, naming it.
+  for (const auto& entry : fs::directory_iterator(dir_.path())) {
+    if (entry.path().filename().string().ends_with(".00001.abfx")) fs::remove(entry.path());
+  }
+  run = abf("inspect i.abxs");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.err.find("index_set_shard_missing"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("shard 1 of 3"), std::string::npos) << run.err;
+  ok("build --from-catalog c.db -n 20000 -p 0.01 -o s.abf");
+  run = abf("dedup -s s.abf --index i.abxs --db c.db -f bin -i cand.bin");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_NE(run.err.find("index_set_shard_missing"), std::string::npos) << run.err;
+}
+
 TEST_F(CliIndexTest, HelpTeachesWithExamples) {
   const CliRun run = abf("index --help");
   EXPECT_EQ(run.status, 0);

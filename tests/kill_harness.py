@@ -2,7 +2,7 @@
 """SIGKILL at random moments: nothing half-written, nothing left behind.
 
 Runs `abf build`, `abf merge`, `abf catalog add`, `abf catalog remove`,
-`abf build --from-catalog`, `abf dedup` and `abf index` on inputs that take some tens of
+`abf build --from-catalog`, `abf dedup`, `abf index` and `abf index --shards` on inputs that take some tens of
 milliseconds, and kills each run with SIGKILL at a moment drawn uniformly
 between 0 and the command's uninterrupted duration (measured here, first).
 Every trial starts from the same old state; afterwards:
@@ -298,6 +298,8 @@ class BuildSet(Case):
 
     name = "build --shards"
     manifest = "out.abfs"
+    shard_suffix = ".abf"
+    inputs = ("digests.bin",)
 
     def prepare(self):
         rng = random.Random("set inputs")
@@ -369,7 +371,8 @@ class BuildSet(Case):
                 stats.fail(trial, "the run succeeded but the set is the old one")
         else:
             stats.fail(trial, "the set is neither the old nor the new one")
-        expected = {"digests.bin"} | ({self.manifest} if found else set()) | set(self.shard_names())
+        expected = set(self.inputs) | ({self.manifest} if found else set()) | \
+            set(self.shard_names())
         named_left = orphans = 0
         for name in self.leftovers(expected):
             if name.startswith("." + self.manifest) and ".tmp." in name:
@@ -377,7 +380,7 @@ class BuildSet(Case):
                     named_left += 1
                 else:
                     stats.commit_window += 1  # checked no further: reported apart
-            elif name.startswith(self.manifest + ".") and name.endswith(".abf"):
+            elif name.startswith(self.manifest + ".") and name.endswith(self.shard_suffix):
                 orphans += 1  # a shard no manifest names
             else:
                 stats.fail(trial, "left %s in the folder" % name)
@@ -628,8 +631,69 @@ class IndexFromCatalog(ReadsCatalog):
         return data
 
 
+class IndexSetFromCatalog(BuildSet):
+    """index --shards: an ABXS manifest and its ABFX shards, written shards first."""
+
+    name = "index --shards"
+    manifest = "out.abxs"
+    shard_suffix = ".abfx"
+    inputs = ("catalog.db",)
+
+    def prepare(self):
+        ReadsCatalog.make_catalog(self)
+        self.catalog_hash = sha(read(self.path("catalog.db")))
+        self.argv = [self.abf, "index", "--db", "catalog.db", "--shards", "3",
+                     "-o", self.manifest]
+        # The old set: version 1's (before the removal).
+        run_to_end([self.abf, "index", "--db", "catalog.db", "--version", "1", "--shards", "3",
+                    "-o", self.manifest], self.dir)
+        self.old_files = {n: read(self.path(n)) for n in os.listdir(self.dir)
+                          if n.startswith(self.manifest)}
+        self.old_set = self.identity()
+        self.had_old = True
+        self.reset(None)
+        run_to_end(self.argv, self.dir)
+        self.new_set = self.identity()
+        assert self.new_set and self.new_set != self.old_set
+        subprocess.run([self.abf, "inspect", self.path(self.manifest)], check=True,
+                       stdout=subprocess.DEVNULL, timeout=60)
+
+    def shard_names(self):
+        data = read(self.path(self.manifest))
+        if data is None or len(data) < 128:
+            return []
+        count = int.from_bytes(data[8:12], "little")
+        names, at = [], 128 + 32 * count
+        for i in range(count):
+            length = int.from_bytes(data[128 + 32 * i + 24:128 + 32 * i + 28], "little")
+            names.append(data[at:at + length].decode())
+            at += length
+        return names
+
+    def identity(self):
+        """The manifest's fields (less the checksums and the build id), its
+        entries, and each shard file's bytes (None: no manifest)."""
+        data = read(self.path(self.manifest))
+        if data is None:
+            return None
+        count = int.from_bytes(data[8:12], "little")
+        fields = data[:72] + data[96:128]
+        entries = [data[128 + 32 * i:128 + 32 * i + 24] for i in range(count)]
+        shards = [sha(read(self.path(name))) for name in self.shard_names()]
+        return (fields, entries, shards)
+
+    def leftovers(self, expected):
+        sqlite_own = {"catalog.db-wal", "catalog.db-shm"}  # a reader's, in WAL mode
+        return [n for n in super().leftovers(expected) if n not in sqlite_own]
+
+    def check(self, stats, trial, named, completed):
+        super().check(stats, trial, named, completed)
+        if sha(read(self.path("catalog.db"))) != self.catalog_hash:
+            stats.fail(trial, "input catalog.db changed")
+
+
 CASES = [Build, Merge, CatalogAdd, CatalogRemove, BuildFromCatalog, Dedup, IndexFromCatalog,
-         BuildSet]
+         BuildSet, IndexSetFromCatalog]
 
 
 def run_case(case, trials, seed, named_every, deadline, log):

@@ -204,6 +204,54 @@ TEST_F(ServiceIndexTest, IndexedStoreSendsOlderVersionsToTheStore) {
   EXPECT_FALSE(indexed.exists_at_version(base, 7, std::span(answers.get(), base.size())));
 }
 
+// Index sets (build_index_set_from_catalog): each shard the catalog's
+// digests of its shard; bound like a single index (and refused like one);
+// the indexed store over a set answers as the catalog does at every version.
+TEST_F(ServiceIndexTest, AnIndexSetBindsAndAnswersAsTheSingleIndex) {
+  auto base = test::random_digests(5000, 21);
+  ASSERT_TRUE(catalog_->add(base));                                // 1
+  auto later = test::random_digests(600, 22);
+  ASSERT_TRUE(catalog_->add(later));                               // 2
+  ASSERT_TRUE(catalog_->remove(std::span(base).subspan(0, 100)));  // 3
+  std::vector<Digest> queries = base;
+  queries.insert(queries.end(), later.begin(), later.end());
+  auto never = test::random_digests(3000, 23);
+  queries.insert(queries.end(), never.begin(), never.end());
+  std::shuffle(queries.begin(), queries.end(), std::mt19937_64(24));
+  for (std::uint32_t shards : {1u, 4u, 33u}) {
+    SCOPED_TRACE(shards);
+    const fs::path path = dir_ / ("set-" + std::to_string(shards) + ".abxs");
+    auto built = build_index_set_from_catalog(*catalog_, 1, path, shards,
+                                              {.block_digests = 16, .build_id = std::nullopt});
+    ASSERT_TRUE(built) << built.error().describe();
+    EXPECT_EQ(built->digest_count, 5000u);
+    auto set = IndexSet::load(path);
+    ASSERT_TRUE(set) << set.error().describe();
+    ASSERT_EQ(set->shard_count(), shards);
+    EXPECT_EQ(set->size(), 5000u);
+    EXPECT_EQ(set->content_fingerprint(), catalog_->content_at_version(1)->fingerprint);
+    EXPECT_TRUE(check_index_binding(*set, "set", *catalog_));
+    IndexedRepository indexed(*catalog_, *set);
+    for (std::uint64_t version = 1; version <= 3; ++version) {
+      expect_same_answers(indexed, version, queries, version == 1);
+    }
+  }
+  // Another catalog's set is refused, as its single index would be.
+  auto other = SqliteCatalog::create(dir_ / "other.db");
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(other->add(base));
+  ASSERT_TRUE(build_index_set_from_catalog(*other, 1, dir_ / "other.abxs", 3));
+  auto foreign = IndexSet::load(dir_ / "other.abxs");
+  ASSERT_TRUE(foreign);
+  auto bound = check_index_binding(*foreign, "other.abxs", *catalog_);
+  ASSERT_FALSE(bound);
+  EXPECT_EQ(bound.error().code, ErrorCode::kCatalogMismatch);
+  // A version the catalog lacks writes nothing.
+  auto missing = build_index_set_from_catalog(*catalog_, 9, dir_ / "nine.abxs", 3);
+  ASSERT_FALSE(missing);
+  EXPECT_FALSE(fs::exists(dir_ / "nine.abxs"));
+}
+
 // The whole dedup job with an index behind the filter equals the job
 // without a filter, with the snapshot older, newer or as old as the index.
 TEST_F(ServiceIndexTest, BulkDedupWithIndexEqualsExactOnly) {

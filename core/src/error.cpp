@@ -102,6 +102,18 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "index_block_checksum";
     case ErrorCode::kIndexNotAscending:
       return "index_not_ascending";
+    case ErrorCode::kIndexSetManifestTruncated:
+      return "index_set_manifest_truncated";
+    case ErrorCode::kIndexSetManifestUnsupportedFormat:
+      return "index_set_manifest_unsupported_format";
+    case ErrorCode::kIndexSetManifestChecksum:
+      return "index_set_manifest_checksum";
+    case ErrorCode::kIndexSetManifestInvalid:
+      return "index_set_manifest_invalid";
+    case ErrorCode::kIndexSetShardMissing:
+      return "index_set_shard_missing";
+    case ErrorCode::kIndexSetShardMismatch:
+      return "index_set_shard_mismatch";
   }
   return "unknown_error";
 }

@@ -33,4 +33,8 @@ void release_filter_set_scratch() noexcept;
 // replaced while it was loading, in this process (for tests).
 std::uint64_t filter_set_load_restarts() noexcept;
 
+// The same for IndexSet::load (index_set.cpp), which routes by ShardRouter
+// too.
+std::uint64_t index_set_load_restarts() noexcept;
+
 }  // namespace abf::detail

@@ -166,6 +166,8 @@ struct IndexWriter::State {
   std::vector<std::uint64_t> block_checksums;
   XXH3_state_t* block_state = nullptr;
   std::uint64_t in_block = 0;
+  std::uint64_t header_checksum = 0;
+  std::uint64_t table_checksum = 0;
 
   explicit State(AtomicFile f) : file(std::move(f)) {}
   ~State() {
@@ -179,9 +181,10 @@ IndexWriter& IndexWriter::operator=(IndexWriter&&) noexcept = default;
 IndexWriter::~IndexWriter() = default;
 
 Result<IndexWriter> IndexWriter::create(const std::filesystem::path& path,
-                                        const IndexIdentity& identity, std::uint64_t digest_count) {
+                                        const IndexIdentity& identity, std::uint64_t digest_count,
+                                        const AtomicFileOptions& options) {
   if (auto ok = check_identity(identity, digest_count); !ok) return std::unexpected(ok.error());
-  auto file = AtomicFile::create(path);
+  auto file = AtomicFile::create(path, options);
   if (!file) return std::unexpected(file.error());
   auto state = std::make_unique<State>(std::move(*file));
   state->expected = digest_count;
@@ -193,6 +196,7 @@ Result<IndexWriter> IndexWriter::create(const std::filesystem::path& path,
     return fail(ErrorCode::kIo, "index: out of memory for a checksum state");
   }
   const auto header = encode_header(identity, digest_count);
+  state->header_checksum = load_le<std::uint64_t>(header.data() + kHeaderChecksumOffset);
   if (auto wrote = state->file.write(header); !wrote) return std::unexpected(wrote.error());
   return IndexWriter(std::move(state));
 }
@@ -245,10 +249,16 @@ Result<void> IndexWriter::commit() {
     store_le<std::uint64_t>(table.data() + 8 * i, s.block_checksums[i]);
   }
   const std::size_t table_size = s.block_checksums.size() * 8;
-  store_le<std::uint64_t>(table.data() + table_size, xxh3(table.data(), table_size));
+  const std::uint64_t table_checksum = xxh3(table.data(), table_size);
+  store_le<std::uint64_t>(table.data() + table_size, table_checksum);
   if (auto wrote = s.file.write(table); !wrote) return wrote;
-  return s.file.commit();
+  if (auto committed = s.file.commit(); !committed) return committed;
+  s.table_checksum = table_checksum;
+  return {};
 }
+
+std::uint64_t IndexWriter::header_checksum() const noexcept { return state_->header_checksum; }
+std::uint64_t IndexWriter::table_checksum() const noexcept { return state_->table_checksum; }
 
 Result<std::vector<std::uint8_t>> serialize_index(const IndexIdentity& identity,
                                                   std::span<const Digest> digests) {
@@ -628,6 +638,13 @@ const IndexHeader& Index::header() const noexcept { return state_->header; }
 
 std::span<const Digest> Index::digests() const noexcept {
   return {state_->digests, static_cast<std::size_t>(state_->header.digest_count)};
+}
+
+std::uint64_t Index::table_checksum() const noexcept {
+  const IndexHeader& h = state_->header;
+  if (state_->storage == nullptr) return xxh3(nullptr, 0);  // the empty index: no block
+  return load_le<std::uint64_t>(state_->storage.get() + kIndexHeaderSize +
+                                h.digest_count * Digest::kSize + h.block_count * 8);
 }
 
 bool Index::contains(const Digest& digest) const noexcept { return state_->contains_one(digest); }

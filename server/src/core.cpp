@@ -327,7 +327,7 @@ RequestResult<void> RateLimiter::admit_digests(std::size_t index, std::size_t di
 // ---------------------------------------------------------------------------
 // TenantStore
 
-void TenantStore::set_index(Index index) {
+void TenantStore::set_index(IndexSet index) {
   auto next =
       std::make_shared<service::IndexedRepository>(catalog_, std::move(index), head_cache_digests_);
   const std::lock_guard lock(mutex_);
@@ -371,7 +371,7 @@ Result<service::HeadRecord> TenantStore::head_record() {
       rewritten = !(*then == *seen_head_->content);
     }
   }
-  const Index& index = indexed_->index();
+  const IndexSet& index = indexed_->index();
   if (index.catalog_version() <= record->version) {
     auto at_w = catalog_.content_at_version(index.catalog_version());
     if (!at_w) return std::unexpected(at_w.error());
@@ -644,7 +644,7 @@ Result<void> Core::reload_tenant(Tenant& tenant, std::string_view trigger, Tenan
 Result<void> Core::reload_index(Tenant& tenant, std::string_view trigger) {
   const std::lock_guard lock(tenant.reload_mutex);
   const std::string path = tenant.config.index->string();
-  auto index = Index::load(*tenant.config.index);
+  auto index = IndexSet::load(*tenant.config.index);
   Result<void> bound = index ? service::check_index_binding(*index, path, *tenant.catalog)
                              : Result<void>(std::unexpected(index.error()));
   if (!bound) {

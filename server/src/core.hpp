@@ -64,7 +64,7 @@ class TenantStore final : public service::ArtifactRepository {
       : catalog_(catalog), head_cache_digests_(head_cache_digests) {}
 
   // Serves `index` from now on (it must have passed check_index_binding).
-  void set_index(Index index);
+  void set_index(IndexSet index);
   // The index serving now; null without one.
   std::shared_ptr<const service::IndexedRepository> indexed() const;
   // Digests answered by every index this store has served (from the index

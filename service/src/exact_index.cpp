@@ -52,7 +52,64 @@ Result<IndexBuildReport> build_index_from_catalog(SqliteCatalog& catalog,
   return IndexBuildReport{catalog_version, count, streamed};
 }
 
-Result<void> check_index_binding(const Index& index, std::string_view source,
+Result<IndexBuildReport> build_index_set_from_catalog(SqliteCatalog& catalog,
+                                                      std::uint64_t catalog_version,
+                                                      const std::filesystem::path& path,
+                                                      std::uint32_t shard_count,
+                                                      const IndexSetWriteOptions& options) {
+  const std::string where = "catalog " + catalog.path().string();
+  if (!catalog.catalog_id()) {
+    return fail(ErrorCode::kCatalog,
+                where +
+                    " has no catalog id yet (schema 1): open it for writing once "
+                    "(abf catalog upgrade) so that an index can name it");
+  }
+  auto content = catalog.content_at_version(catalog_version);
+  if (!content) return std::unexpected(content.error());
+  IndexIdentity identity;
+  identity.catalog_id = *catalog.catalog_id();
+  identity.catalog_version = catalog_version;
+  identity.content_fingerprint = content->fingerprint;
+  identity.block_digests = options.block_digests;
+  const std::uint64_t expected = content->item_count;
+  const auto damaged = [&](std::uint64_t count) {
+    return fail(ErrorCode::kCatalog,
+                where + ": version " + std::to_string(catalog_version) + " holds " +
+                    (count > expected ? "more than " + std::to_string(expected)
+                                      : std::to_string(count)) +
+                    " digests, but its versions row records " + std::to_string(expected) +
+                    ": a damaged catalog; no index written");
+  };
+  auto written = write_index_set(
+      path, identity, shard_count,
+      [&](const IndexDigestSink& sink) -> Result<void> {
+        std::uint64_t count = 0;
+        auto walked = catalog.for_each_digest_at_version(
+            catalog_version, [&](std::span<const Digest> chunk) -> Result<void> {
+              count += chunk.size();
+              if (count > expected) return damaged(count);
+              return sink(chunk);
+            });
+        if (!walked) return walked;
+        if (count != expected) return damaged(count);
+        return {};
+      },
+      options);
+  if (!written) {
+    // A fingerprint other than the row's is the catalog's damage too.
+    if (written.error().code == ErrorCode::kInvalidArgument &&
+        written.error().message.find("add up to") != std::string::npos) {
+      return fail(ErrorCode::kCatalog, where + ": version " + std::to_string(catalog_version) +
+                                           ": " + written.error().message +
+                                           " (its versions row): a damaged catalog; no index "
+                                           "written");
+    }
+    return std::unexpected(written.error());
+  }
+  return IndexBuildReport{catalog_version, written->digest_count, written->fingerprint};
+}
+
+Result<void> check_index_binding(const IndexSet& index, std::string_view source,
                                  ArtifactRepository& catalog, bool verify_digests) {
   const auto binding = catalog.catalog_binding();
   if (!binding) return {};
@@ -100,7 +157,7 @@ Result<void> check_index_binding(const Index& index, std::string_view source,
                     " (a catalog restored from a backup and changed since?); refused" + hint);
   }
   if (!verify_digests) return {};
-  if (const auto actual = ContentFingerprint::of(index.digests()); actual != *fingerprint) {
+  if (const auto actual = index.digests_fingerprint(); actual != *fingerprint) {
     return fail(ErrorCode::kCatalogMismatch,
                 named + "'s digests add up to content fingerprint " + actual.hex() + ", not the " +
                     fingerprint->hex() +
@@ -122,7 +179,7 @@ struct IndexedRepository::Since {
   std::vector<Digest> added;
 };
 
-IndexedRepository::IndexedRepository(ArtifactRepository& store, Index index,
+IndexedRepository::IndexedRepository(ArtifactRepository& store, IndexSet index,
                                      std::uint64_t added_cache_digests)
     : store_(store), index_(std::move(index)), added_cache_digests_(added_cache_digests) {}
 

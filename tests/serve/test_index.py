@@ -1,5 +1,5 @@
 """`abf serve --index`: the filter's maybes are answered from an exact index
-(ABFX, `abf index`) instead of SQLite, with the same answers. The index is
+(ABFX, `abf index`, or an ABXS index set, `abf index --shards`) instead of SQLite, with the same answers. The index is
 checked against its catalog (check_index_binding) at start, where a mismatch
 stops the server with exit status 1, and at every reload, where a mismatch
 answers 500 and the old index keeps serving. Answers stay exact at the
@@ -40,10 +40,12 @@ def find_missing(session, url, items):
             int(response.headers["X-Abf-Catalog-Version"]))
 
 
-def build_index(catalog, output, version=None):
+def build_index(catalog, output, version=None, shards=None):
     args = ["index", "--db", catalog.db, "-o", output]
     if version is not None:
         args += ["--version", version]
+    if shards is not None:
+        args += ["--shards", shards]
     support.run_abf(*args)
     return output
 
@@ -163,6 +165,25 @@ class ServeWithIndex(unittest.TestCase):
                      if line.get("event") == "index_published"]
         self.assertEqual(len(published), 1, indexed.log_text())
         self.assertEqual(published[0]["catalog_version"], 2)
+
+    def test_an_index_set_answers_as_the_single_index(self):
+        """An index set (abf index --shards 5, ABXS) in the config's index
+        key: the same answers, by the set alone at its version."""
+        self.catalog.add(FIRST)
+        self.catalog.remove(FIRST[:200])
+        self.catalog.build()
+        index_set = build_index(self.catalog, os.path.join(self.dir, "catalog.abxs"), shards=5)
+        indexed = self.serve_config(index_set)
+        plain = self.serve()
+        self.assertTrue(indexed.ready["tenants_ready"])
+        self.assertEqual(readyz(self.session, indexed)["index"],
+                         {"catalog_version": 2, "digests": 2800})
+        self.assert_same_answers(plain, indexed, self.query(7) + FIRST[:200])
+        text = self.released_metrics(indexed)
+        exact = support.metric(text, "artifact_bloom_exact_lookup_total", tenant="default")
+        self.assertGreater(exact, 500)
+        self.assertEqual(support.metric(text, "artifact_bloom_serve_index_store_lookups_total",
+                                        tenant="default"), 0)
 
     def test_answers_at_the_head_after_the_index_version(self):
         """Index and snapshot of version 1; the catalog adds (version 2) and

@@ -16,6 +16,7 @@
 #include "abf/filter_set.hpp"
 #include "abf/fingerprint.hpp"
 #include "abf/index.hpp"
+#include "abf/index_set.hpp"
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
 #include "abf/merge.hpp"

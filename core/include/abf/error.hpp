@@ -83,6 +83,16 @@ enum class ErrorCode : std::uint8_t {
   kIndexBlockChecksum,        // a block's checksum does not match (block named)
   kIndexNotAscending,         // a digest not greater than the one before (duplicate or
                               // out of order; position named)
+  // Index sets (ABXS, docs/protocol.md section 14, "Index sets"): the
+  // manifest, then its shards. A shard that fails an ABFX rule answers that
+  // rule's own code, naming the shard.
+  kIndexSetManifestTruncated,          // shorter than its header, or than the length it records
+  kIndexSetManifestUnsupportedFormat,  // manifest formatVersion not 1
+  kIndexSetManifestChecksum,           // the manifest's header or body checksum does not match
+  kIndexSetManifestInvalid,            // a manifest field breaks a rule (the message names it)
+  kIndexSetShardMissing,               // a shard file the manifest names does not exist
+  kIndexSetShardMismatch,              // a shard is not the one the manifest names (field
+                                       // named), or holds a digest of another shard
 };
 
 // The snake_case name of a code ("invalid_digest"), as used in the golden

@@ -28,6 +28,7 @@
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
 #include "abf/fingerprint.hpp"
+#include "abf/io.hpp"
 #include "abf/scheme.hpp"
 #include "abf/snapshot.hpp"
 
@@ -85,8 +86,11 @@ class IndexWriter {
  public:
   // kInvalidArgument for a block size that is not a power of two in 1..2^20
   // or a count over kIndexMaxDigestCount; AtomicFile's errors.
+  // `file` says how the output comes into place (an index set's shards are
+  // created new, never over an existing file).
   static Result<IndexWriter> create(const std::filesystem::path& path,
-                                    const IndexIdentity& identity, std::uint64_t digest_count);
+                                    const IndexIdentity& identity, std::uint64_t digest_count,
+                                    const AtomicFileOptions& file = {});
 
   IndexWriter(IndexWriter&&) noexcept;
   IndexWriter& operator=(IndexWriter&&) noexcept;
@@ -99,6 +103,11 @@ class IndexWriter {
   // Writes the block table and commits. kInvalidArgument when fewer digests
   // than the count arrived; AtomicFile's errors.
   Result<void> commit();
+
+  // The file's headerChecksum; its tableChecksum once commit() has
+  // written the table (0 before): what an index set's manifest records.
+  std::uint64_t header_checksum() const noexcept;
+  std::uint64_t table_checksum() const noexcept;
 
  private:
   struct State;
@@ -148,6 +157,9 @@ class Index {
   std::uint64_t size() const noexcept { return header().digest_count; }
   // The digests, ascending.
   std::span<const Digest> digests() const noexcept;
+  // The tableChecksum as stored (verified by the load): XXH3-64 of the block
+  // table, which covers every digest.
+  std::uint64_t table_checksum() const noexcept;
 
   bool contains(const Digest& digest) const noexcept;
   // out[i] = whether digests[i] is held (1 or 0 / true or false), for

@@ -19,7 +19,7 @@
 namespace abf::server {
 
 // One tenant: its own catalog, snapshot and optional key (PROTOCOL.md
-// section 10), and optionally an exact index of the catalog (ABFX, `abf
+// section 10), and optionally an exact index of the catalog (ABFX, or an ABXS index set; `abf
 // index`) that answers the filter's maybes in memory. Requests name it in
 // the path (/v1/<name>/...) or as gRPC instance_name.
 struct TenantConfig {

@@ -17,6 +17,7 @@
 
 #include "abf/error.hpp"
 #include "abf/index.hpp"
+#include "abf/index_set.hpp"
 #include "abf/service/artifact_repository.hpp"
 #include "abf/service/sqlite_catalog.hpp"
 
@@ -45,21 +46,36 @@ Result<IndexBuildReport> build_index_from_catalog(
     SqliteCatalog& catalog, std::uint64_t catalog_version, const std::filesystem::path& path,
     std::uint32_t block_digests = kIndexDefaultBlockDigests);
 
-// Whether an index (read from `source`) may answer for the catalog
+// The same as an index set of `shard_count` shards (ABXS, docs/protocol.md
+// section 14, "Index sets"): write_index_set with the catalog's walk at
+// `catalog_version` as the source, read once to count each shard and once
+// per group of `max_open_shards` shards to write them. Every pass must
+// deliver the count the version's row records (kCatalog otherwise, before
+// anything is written on the first pass), and the digests must add up to
+// its fingerprint. shard_count 1 writes a manifest and one shard (a plain
+// index is build_index_from_catalog's).
+Result<IndexBuildReport> build_index_set_from_catalog(SqliteCatalog& catalog,
+                                                      std::uint64_t catalog_version,
+                                                      const std::filesystem::path& path,
+                                                      std::uint32_t shard_count,
+                                                      const IndexSetWriteOptions& options = {});
+
+// Whether an index or index set (read from `source`; an Index converts to
+// a one-shard IndexSet) may answer for the catalog
 // `catalog` holds (catalog.catalog_binding(); nothing is checked when it
 // names none), the rules check_snapshot_binding applies to a snapshot, in
 // order: its catalogId is the catalog's and not zero; its version exists in
 // the catalog; it carries a content fingerprint; that fingerprint and its
 // digest count equal the catalog's at that version (CatalogContent); and
 // its digests add up to that fingerprint (ContentFingerprint::of over the
-// whole index, ~5 ns a digest: an index whose header was rewritten, or whose
-// digests are another set's, is refused). kCatalogMismatch naming the
+// whole index, ~5 ns a digest, summed over a set's shards: an index whose
+// header was rewritten, or whose digests are another set's, is refused). kCatalogMismatch naming the
 // index, the catalog, the version and both values; the catalog's own error
 // when it cannot answer. `verify_digests` false skips the last rule (the
 // sum over the digests) for a caller that already checked this very Index
 // object once (a loaded Index never changes): the Python binding checks an
 // abf.Index that way on every call, at the cost of one catalog read.
-Result<void> check_index_binding(const Index& index, std::string_view source,
+Result<void> check_index_binding(const IndexSet& index, std::string_view source,
                                  ArtifactRepository& catalog, bool verify_digests = true);
 
 // What an IndexedRepository's batch lookups cost.
@@ -68,7 +84,8 @@ struct IndexedLookupCounts {
   std::uint64_t store_lookups = 0;  // digests passed on to the store
 };
 
-// An exact store that answers batch lookups from an index of version w,
+// An exact store that answers batch lookups from an index (or index set:
+// each digest asked of its shard) of version w,
 // exactly at any version v >= w the store holds, and passes everything else
 // to `store` (the record). At v = w the index alone answers. At v > w (the
 // catalog's head moved on; the rule the existence service applies to a
@@ -84,7 +101,7 @@ struct IndexedLookupCounts {
 // Thread-safe; `store` must outlive it.
 class IndexedRepository final : public ArtifactRepository {
  public:
-  IndexedRepository(ArtifactRepository& store, Index index,
+  IndexedRepository(ArtifactRepository& store, IndexSet index,
                     std::uint64_t added_cache_digests = std::uint64_t{1} << 21);
   ~IndexedRepository() override;
 
@@ -112,7 +129,7 @@ class IndexedRepository final : public ArtifactRepository {
     return store_.catalog_binding();
   }
 
-  const Index& index() const noexcept { return index_; }
+  const IndexSet& index() const noexcept { return index_; }
   IndexedLookupCounts counts() const noexcept;
 
  private:
@@ -120,7 +137,7 @@ class IndexedRepository final : public ArtifactRepository {
   Result<std::shared_ptr<const Since>> since(std::uint64_t version);
 
   ArtifactRepository& store_;
-  Index index_;
+  IndexSet index_;
   std::uint64_t added_cache_digests_;
   std::mutex mutex_;  // guards since_
   std::shared_ptr<const Since> since_;
