@@ -68,7 +68,7 @@ Result<DedupOutcome> run_dedup_job(DedupJob job) {
   // The publisher is bound to the catalog: a snapshot of another catalog,
   // or of none, or one that does not hold what the catalog holds at its
   // version (or of a version the catalog lacks), is refused before any input
-  // is read or output written (PROTOCOL.md section 8).
+  // is read or output written (docs/protocol.md section 8).
   // --index: the exact answers come from the index (checked against the
   // catalog like a snapshot, before any input is read), with SQLite behind
   // it for what changed after the index's version. The publisher and the

@@ -1,4 +1,4 @@
-// Whole builds (PROTOCOL.md sections 5 and 6) against builds.tsv, and the
+// Whole builds (docs/protocol.md sections 5 and 6) against builds.tsv, and the
 // design's own checks: no false negatives, the modeled rate holds, capacity
 // and determinism.
 #include <gtest/gtest.h>

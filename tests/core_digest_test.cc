@@ -1,4 +1,4 @@
-// Digest parsing (PROTOCOL.md section 2), streaming input and atomic output.
+// Digest parsing (docs/protocol.md section 2), streaming input and atomic output.
 #include <gtest/gtest.h>
 
 #include <filesystem>

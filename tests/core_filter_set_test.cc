@@ -1,4 +1,4 @@
-// Filter sets (PROTOCOL.md section 13): the split, the builder (each shard
+// Filter sets (docs/protocol.md section 13): the split, the builder (each shard
 // bit for bit the filter of its digests alone), the partitioned batch query
 // (each answer its shard's), the manifest, saving and loading with every
 // error naming the shard, a reader racing a writer, and merge.

@@ -1,4 +1,4 @@
-// Layout selection (PROTOCOL.md section 3) against layout.tsv and the
+// Layout selection (docs/protocol.md section 3) against layout.tsv and the
 // worked values of the spec.
 #include <gtest/gtest.h>
 

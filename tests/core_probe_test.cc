@@ -1,4 +1,4 @@
-// The probe sequence (PROTOCOL.md sections 4 and 4b) against probes.tsv and
+// The probe sequence (docs/protocol.md sections 4 and 4b) against probes.tsv and
 // v2/probes-v2.tsv; the portable SipHash (abf/siphash.hpp) against OpenSSL's,
 // the reference; key fingerprints against v2/key-fingerprints.tsv; and the
 // division-free Reducer against `%`.

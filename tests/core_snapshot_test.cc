@@ -1,4 +1,4 @@
-// ABF1 snapshots (PROTOCOL.md section 7): the golden files of both format
+// ABF1 snapshots (docs/protocol.md section 7): the golden files of both format
 // versions and both protocols, and a distinct refusal for every way a file
 // can be wrong.
 #include <gtest/gtest.h>

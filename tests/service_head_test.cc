@@ -1,4 +1,4 @@
-// Answering at the catalog's head (PROTOCOL.md section 8): a snapshot older
+// Answering at the catalog's head (docs/protocol.md section 8): a snapshot older
 // than its catalog answers exactly at the catalog's newest version, its
 // `absent` answers checked against the digests added since (held in memory,
 // or asked of the store over the bound); the stores' range queries.

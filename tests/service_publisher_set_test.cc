@@ -1,4 +1,4 @@
-// The service layer serving filter sets (PROTOCOL.md section 13): the
+// The service layer serving filter sets (docs/protocol.md section 13): the
 // publisher loads a manifest as one unit, the service's answers equal the
 // exact store's, the gauges sum over the shards, a broken set never serves,
 // and readers keep answering while sets are swapped. Runs under

@@ -1,4 +1,4 @@
-// Filter sets (PROTOCOL.md section 13): the set, its batch query with the
+// Filter sets (docs/protocol.md section 13): the set, its batch query with the
 // partition step, its streaming builder and merge. The manifest and the set's
 // files are filter_set_io.cpp.
 #include "abf/filter_set.hpp"

@@ -1,4 +1,4 @@
-// Filter sets on disk (PROTOCOL.md section 13): the ABFS manifest, saving a
+// Filter sets on disk (docs/protocol.md section 13): the ABFS manifest, saving a
 // set (shards first, each a new file; the manifest last, by rename; the old
 // shards removed after) and loading one (every shard checked against the
 // manifest; a load that meets a replaced set starts over).

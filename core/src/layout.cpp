@@ -1,4 +1,4 @@
-// Layout selection, PROTOCOL.md section 3, step by step. The arithmetic is
+// Layout selection, docs/protocol.md section 3, step by step. The arithmetic is
 // the spec's own (pow, log1p, expm1 in double) so that every implementation
 // lands on the same (m, k); layout.tsv pins 245 cases.
 #include "abf/layout.hpp"

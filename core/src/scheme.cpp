@@ -1,4 +1,4 @@
-// Scheme, keys, key fingerprints and catalog ids (PROTOCOL.md sections 3,
+// Scheme, keys, key fingerprints and catalog ids (docs/protocol.md sections 3,
 // 4b, 7 and 8).
 #include "abf/scheme.hpp"
 

@@ -1,4 +1,4 @@
-// ABF1 snapshot encoding, validation and loading (PROTOCOL.md section 7).
+// ABF1 snapshot encoding, validation and loading (docs/protocol.md section 7).
 #include "abf/snapshot.hpp"
 
 #include <fcntl.h>

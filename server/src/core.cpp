@@ -548,7 +548,7 @@ RequestResult<void> Core::check_operations(const Caller& caller) const {
 RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
                                                      std::span<const Digest> digests) {
   // One snapshot for the whole batch, and one catalog head, read once: the
-  // answer is exact at the head (PROTOCOL.md section 8), the version the
+  // answer is exact at the head (docs/protocol.md section 8), the version the
   // answer carries.
   const auto snapshot = tenant.publisher->current();
   if (snapshot == nullptr) {
@@ -716,7 +716,7 @@ nlohmann::ordered_json Core::readiness() const {
                        {"digests", indexed->index().size()}};
     }
     // How far the snapshot lags the catalog's head: answers stay exact at
-    // the head (PROTOCOL.md section 8), so a lag is reported, not unready.
+    // the head (docs/protocol.md section 8), so a lag is reported, not unready.
     // A head that cannot be answered at (behind the snapshot, rewritten
     // under it, unreadable) is unready, with the reason.
     if (snapshot != nullptr) {

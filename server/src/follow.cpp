@@ -1,5 +1,5 @@
 // `abf serve --follow` (core.hpp): keeps each tenant's snapshot near its
-// catalog's head. Answers are exact at the head whatever the lag (PROTOCOL.md
+// catalog's head. Answers are exact at the head whatever the lag (docs/protocol.md
 // section 8); a rebuild only makes them cheaper again (fewer head lookups).
 //
 // One thread, one rebuild at a time: when a tenant's snapshot lags by

@@ -1,4 +1,4 @@
-"""`abf serve` answers at the catalog's head (PROTOCOL.md section 8): with a
+"""`abf serve` answers at the catalog's head (docs/protocol.md section 8): with a
 snapshot older than its catalog, the digests added since are never answered
 missing, every answer carries the version it is exact for, and the lag is
 reported. Every answer is checked against the catalog's SQLite file."""

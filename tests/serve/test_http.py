@@ -541,7 +541,7 @@ class Startup(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_a_filter_set_tenant_answers_exactly_and_reloads(self):
-        # A tenant served from a 4-shard filter set (PROTOCOL.md section 13).
+        # A tenant served from a 4-shard filter set (docs/protocol.md section 13).
         manifest = os.path.join(self.dir, "set.abfs")
         support.run_abf("build", "--from-catalog", self.catalog.db, "--expected-items", 20000,
                         "--fpp", 0.01, "--shards", 4, "--output", manifest)

@@ -1,5 +1,5 @@
 // SHA-256 artifact digests and their text and binary encodings
-// (PROTOCOL.md section 2).
+// (docs/protocol.md section 2).
 #pragma once
 
 #include <array>

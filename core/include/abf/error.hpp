@@ -18,7 +18,7 @@
 namespace abf {
 
 enum class ErrorCode : std::uint8_t {
-  // Layout selection (PROTOCOL.md section 3).
+  // Layout selection (docs/protocol.md section 3).
   kInvalidExpectedItemCount,
   kInvalidFalsePositiveRate,
   kFilterTooLarge,

@@ -1,5 +1,5 @@
 // The Bloom filter itself: an immutable Filter answering queries, and a
-// FilterBuilder that fills one (PROTOCOL.md sections 5 and 6).
+// FilterBuilder that fills one (docs/protocol.md sections 5 and 6).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Filter sets (PROTOCOL.md section 13): a catalog split into S shards by
+// Filter sets (docs/protocol.md section 13): a catalog split into S shards by
 // the last 8 bytes of each digest, one ordinary filter per shard, so a
 // catalog may hold more digests than one filter can (m <= 2^30 bits, about
 // 1.1e8 digests at p = 0.01).

@@ -1,5 +1,5 @@
 // Layout selection: how many bits m and probes k a filter gets for a design
-// capacity n and target false-positive rate p (PROTOCOL.md section 3).
+// capacity n and target false-positive rate p (docs/protocol.md section 3).
 #pragma once
 
 #include <cstdint>

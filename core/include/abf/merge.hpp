@@ -1,5 +1,5 @@
 // Joining filters built in pieces: the OR of filters of one layout is the
-// filter of the union of their digests (PROTOCOL.md sections 5 and 6). Build
+// filter of the union of their digests (docs/protocol.md sections 5 and 6). Build
 // the pieces of a catalog on many machines (any map-reduce engine can run
 // them), save each as a snapshot, and merge the snapshots into one.
 #pragma once
@@ -29,7 +29,7 @@ struct MergeOptions {
 };
 
 // The bitwise OR of `filters`, which must agree on everything that decides
-// where a digest's bits go and how the result may be used (PROTOCOL.md
+// where a digest's bits go and how the result may be used (docs/protocol.md
 // section 8):
 //   catalogId, hashProtocolVersion, the key (by fingerprint, then exactly),
 //   bitCount, hashCount, expectedItemCount, targetFpp (compared bit for

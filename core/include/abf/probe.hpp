@@ -1,4 +1,4 @@
-// The probe protocol (PROTOCOL.md sections 4, 4b and 5) in exactly one
+// The probe protocol (docs/protocol.md sections 4, 4b and 5) in exactly one
 // place. Everything here is constexpr on fixed-width integers and marked
 // ABF_HD, so the scalar reference, the SIMD tail loops, the CUDA kernels and
 // a user's own CUDA kernel all call the same code.

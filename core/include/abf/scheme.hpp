@@ -1,5 +1,5 @@
 // What decides where a digest's bits go, validated once: the layout (m, k),
-// the hashProtocolVersion and, for protocol 2, the key (PROTOCOL.md sections
+// the hashProtocolVersion and, for protocol 2, the key (docs/protocol.md sections
 // 3, 4 and 4b). A Filter, a snapshot, a merge and every engine's view carry
 // one Scheme; kernels get its plain form, probe::Scheme.
 //

@@ -1,6 +1,6 @@
 // SipHash-2-4 with 128-bit output (Aumasson and Bernstein, "SipHash: a fast
 // short-input PRF", 2012; the 128-bit variant of the reference code), the
-// keyed hash of hashProtocolVersion 2 (PROTOCOL.md section 4b).
+// keyed hash of hashProtocolVersion 2 (docs/protocol.md section 4b).
 //
 // Portable and ABF_HD, like the rest of the protocol header: the SIMD tail
 // loops, the CUDA kernels and a user's own kernel call this code. The scalar

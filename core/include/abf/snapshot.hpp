@@ -1,4 +1,4 @@
-// ABF1 snapshot files (PROTOCOL.md section 7): a 128-byte checksummed header
+// ABF1 snapshot files (docs/protocol.md section 7): a 128-byte checksummed header
 // followed by the payload, m / 8 bytes of bitset. Writers write
 // formatVersion 2 (catalogId, keyFingerprint and the content fingerprint in
 // the header); loaders read 1 and 2.

@@ -18,7 +18,7 @@
 
 namespace abf::server {
 
-// One tenant: its own catalog, snapshot and optional key (PROTOCOL.md
+// One tenant: its own catalog, snapshot and optional key (docs/protocol.md
 // section 10), and optionally an exact index of the catalog (ABFX, or an ABXS index set; `abf
 // index`) that answers the filter's maybes in memory. Requests name it in
 // the path (/v1/<name>/...) or as gRPC instance_name.
@@ -90,7 +90,7 @@ struct ServerConfig {
   // `metrics_release_min_missing` digests were answered missing since its
   // last release. So a release sums the filter answers of at least that
   // many missing digests, and no reader can tell one request's answer
-  // (PROTOCOL.md section 10; docs/serve.md, "Private operations").
+  // (docs/protocol.md section 10; docs/serve.md, "Private operations").
   unsigned metrics_release_seconds = 60;
   std::uint64_t metrics_release_min_missing = 1000;
   HeadConfig head;

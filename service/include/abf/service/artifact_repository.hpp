@@ -1,4 +1,4 @@
-// The exact store (PROTOCOL.md section 1): the expensive, authoritative answer
+// The exact store (docs/protocol.md section 1): the expensive, authoritative answer
 // to "does this artifact exist in catalog version v?". A Bloom filter in front
 // of it only ever saves calls; it never replaces one with a guess.
 #pragma once
@@ -21,7 +21,7 @@
 namespace abf::service {
 
 // The catalog a store holds, as the snapshots used with it must name it
-// (PROTOCOL.md section 8): a snapshot of another catalog would turn its
+// (docs/protocol.md section 8): a snapshot of another catalog would turn its
 // `absent` answers into wrong answers.
 struct CatalogBinding {
   // The catalog's id. Zero for a catalog that has no id yet: no snapshot
@@ -85,7 +85,7 @@ class ArtifactRepository {
   // The newest version and, where the store records it, what that version
   // held when it was committed, read together. What a service watches to
   // notice a catalog rewritten under it (a backup restored, then advanced
-  // again: the same version numbers with other contents; PROTOCOL.md
+  // again: the same version numbers with other contents; docs/protocol.md
   // section 8). The default reads latest_version() and records nothing; a
   // store that keeps per-version contents should override it.
   virtual Result<HeadRecord> head_record() {
@@ -109,7 +109,7 @@ class ArtifactRepository {
   // addition still comes (a superset of those present at `upto` that were
   // absent at `after` is all a caller may rely on). This is what answers
   // "may the snapshot of `after` be wrong about this digest at `upto`?"
-  // (PROTOCOL.md section 8). Same errors as changes_between, then the
+  // (docs/protocol.md section 8). Same errors as changes_between, then the
   // store's, then the sink's, as they are.
   virtual Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
                                              const DigestSink& sink,

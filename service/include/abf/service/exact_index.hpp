@@ -89,7 +89,7 @@ struct IndexedLookupCounts {
 // exactly at any version v >= w the store holds, and passes everything else
 // to `store` (the record). At v = w the index alone answers. At v > w (the
 // catalog's head moved on; the rule the existence service applies to a
-// lagging snapshot, PROTOCOL.md section 8): a digest added in (w, v] is
+// lagging snapshot, docs/protocol.md section 8): a digest added in (w, v] is
 // asked of the store (it may have been removed again); any other digest is
 // absent at v if the index lacks it, and present if the index holds it and
 // nothing was removed in (w, v] (asked of the store when something was).

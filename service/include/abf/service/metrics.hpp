@@ -1,4 +1,4 @@
-// Observability (PROTOCOL.md section 9): the service's counters, the current
+// Observability (docs/protocol.md section 9): the service's counters, the current
 // snapshot's gauges, and the derived ratios, exported as Prometheus text
 // exposition and as JSON.
 #pragma once

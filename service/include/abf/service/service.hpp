@@ -1,10 +1,10 @@
-// The absence-first existence service (PROTOCOL.md sections 1 and 8): a
+// The absence-first existence service (docs/protocol.md sections 1 and 8): a
 // digest is checked, then the serving snapshot's filter may prove it absent;
 // only a `Maybe` costs an exact lookup. Every answer equals the exact store's
 // answer at the catalog's head: the newest version H the store holds, read
 // once per request (or per dedup job), not the snapshot's version v.
 //
-// Answering at the head (PROTOCOL.md section 8, "Answering at the catalog's
+// Answering at the head (docs/protocol.md section 8, "Answering at the catalog's
 // head"): the filter of v says `absent` only about v. A digest absent at v
 // is absent at H unless a version in (v, H] added it, so a filter `absent`
 // is final only when the digest is not among the digests added after v;
@@ -23,7 +23,7 @@
 // snapshots of that catalog that hold what it holds at their version: any
 // other, one that names no catalog, or one whose content fingerprint or item
 // count differs from the catalog's at its version, is refused with
-// kCatalogMismatch (check_snapshot_binding, PROTOCOL.md section 8). Binding
+// kCatalogMismatch (check_snapshot_binding, docs/protocol.md section 8). Binding
 // the publisher too keeps such a snapshot from ever being served:
 //
 //   abf::service::Metrics metrics;
@@ -112,7 +112,7 @@ struct BatchCounts {
   BatchCounts& operator+=(const BatchCounts& other) noexcept;
 };
 
-// How far a snapshot lags its catalog's head (PROTOCOL.md section 8).
+// How far a snapshot lags its catalog's head (docs/protocol.md section 8).
 struct CatalogLag {
   std::uint64_t snapshot_version = 0;  // v, the snapshot's catalogVersion
   std::uint64_t head_version = 0;      // H, the catalog's newest version

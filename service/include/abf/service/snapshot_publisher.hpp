@@ -1,4 +1,4 @@
-// Publishing snapshots (PROTOCOL.md section 8): load and verify a filter,
+// Publishing snapshots (docs/protocol.md section 8): load and verify a filter,
 // then swap the serving reference atomically. Readers never lock: a reader
 // takes a reference to the current snapshot and keeps using that one
 // snapshot for as long as it holds it, whatever is published meanwhile.
@@ -7,7 +7,7 @@
 // of that catalog that hold what the catalog holds at their version
 // (check_snapshot_binding).
 //
-// A snapshot here is a filter set (PROTOCOL.md section 13): a plain ABF1
+// A snapshot here is a filter set (docs/protocol.md section 13): a plain ABF1
 // snapshot is published as a set of one shard, a filter-set manifest as the
 // whole set, loaded and verified as one unit.
 #pragma once

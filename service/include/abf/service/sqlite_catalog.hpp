@@ -5,7 +5,7 @@
 //
 // Schema (schema version 3; PRAGMA application_id 0x41424643, "ABFC"):
 //   abf_schema(version)                    one row: the schema version
-//   abf_catalog(catalog_id BLOB(16))       one row: the catalog's id (PROTOCOL.md
+//   abf_catalog(catalog_id BLOB(16))       one row: the catalog's id (docs/protocol.md
 //                                          section 8), random, fixed at init
 //   versions(version PRIMARY KEY, operation, created_unix, added, removed,
 //            item_count, fingerprint BLOB(16))
@@ -224,7 +224,7 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
                                          const BloomSpec& spec, Backend backend = Backend::kAuto);
 
 // The filter of the catalog at `catalog_version`, made from `base`, a filter
-// of this catalog at an older version v (PROTOCOL.md section 8, `abf serve
+// of this catalog at an older version v (docs/protocol.md section 8, `abf serve
 // --follow`): when nothing was removed in (v, catalog_version], a copy of
 // base's bits with every digest added since set, under base's spec and
 // layout, and labelled `catalog_version`. When base is what
