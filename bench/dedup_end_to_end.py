@@ -137,7 +137,11 @@ def timed(argv, stdout):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True)
+    parser.add_argument("--data", help="the folder of c.db, c.abf, c.abfx, c99.bin, c50.bin")
+    parser.add_argument("--replot", nargs="+", metavar="JSON",
+                        help="run nothing: draw --plot from these --json files (their inputs "
+                        "side by side; a later file's commands join an earlier one's of the "
+                        "same input)")
     parser.add_argument("--abf", default="build/abf")
     parser.add_argument("--base", help="another abf binary, timed the same way (before/after)")
     parser.add_argument("--runs", type=int, default=5)
@@ -151,6 +155,20 @@ def main():
     parser.add_argument("--json", help="write every run's times to this file")
     parser.add_argument("--plot", help="draw the medians into this PNG")
     args = parser.parse_args()
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot")
+        merged = {}
+        for path in args.replot:
+            for name, result in json.load(open(path)).items():
+                if name in merged:
+                    merged[name]["commands"].update(result["commands"])
+                else:
+                    merged[name] = result
+        plot(merged, args.plot)
+        return
+    if not args.data:
+        parser.error("--data is required (or --replot)")
     machine = (f"{os.cpu_count()} CPUs, "
                + next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                        if line.startswith("model name")), "unknown CPU")
