@@ -58,7 +58,8 @@ class DigestError(Error, ValueError):
 
 class SnapshotError(Error):
     """A snapshot, filter-set or exact index file breaks a rule of its format
-    (snapshot_*, set_manifest_*, set_shard_*, index_*); never used."""
+    (snapshot_*, set_manifest_*, set_shard_*, index_*, index_set_*); never
+    used."""
 
 
 class FilterKeyError(Error):

@@ -416,7 +416,8 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     against it first (abf.CatalogMismatchError before any task runs).
 
     ``index``: an exact index of the catalog (``abf index``,
-    ``Catalog.write_index``), its path as the workers see it or an
+    ``Catalog.write_index``) or an index set's manifest (``abf index
+    --shards S``), its path as the workers see it or an
     ``abf.Index`` (whose path is taken). Each worker process loads it once
     (mapped) and answers the filter's maybes from it instead of SQLite, with
     the same answers (``abf.dedup``'s ``index``). Where the files are readable

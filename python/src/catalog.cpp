@@ -242,20 +242,12 @@ FilterSet filter_set_from(py::handle filter, py::handle key, py::object& loaded,
   return filter.cast<const PyFilterSet&>().set;
 }
 
-// An index argument: None, an abf.Index, or a path (loaded here, mapped).
+// An index argument: None, an abf.Index, or the path of an index file or an
+// index set manifest (loaded here, mapped).
 std::optional<PyIndex> index_from(py::handle object) {
   if (object.is_none()) return std::nullopt;
   if (py::isinstance<PyIndex>(object)) return object.cast<PyIndex>();
-  const auto path = path_from(object, "index");
-  Result<Index> index = [&] {
-    py::gil_scoped_release release;
-    return Index::load(path, LoadMode::kMap);
-  }();
-  PyIndex loaded{unwrap(std::move(index)), path.string()};
-  if (!loaded.index.digests().empty()) {
-    guard_mapping(loaded.guard, loaded.index.digests().data(), loaded.source);
-  }
-  return loaded;
+  return load_index(path_from(object, "index"), LoadMode::kMap);
 }
 
 py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, py::handle key,

@@ -19,6 +19,7 @@
 
 #include "abf/abf.hpp"
 #include "abf/index.hpp"
+#include "abf/index_set.hpp"
 
 namespace abf::python {
 
@@ -158,16 +159,22 @@ struct PyFilterSet {
   std::shared_ptr<MapGuard> guard = nullptr;
 };
 
-// An exact index as Python holds it (abf.Index): the library's index (shared,
-// immutable), the path it was loaded from, and whether its digests were
-// once found to add up to its header's fingerprint (check_index_binding's
-// costly last rule, needed once per loaded index; shared by copies).
+// An exact index as Python holds it (abf.Index): the library's index set
+// (shared, immutable; a plain ABFX file is a one-shard set), the path it was
+// loaded from, and whether its digests were once found to add up to its
+// header's fingerprint (check_index_binding's costly last rule, needed once
+// per loaded index; shared by copies); for mode="map", the guard of every
+// mapped shard.
 struct PyIndex {
-  Index index;
+  IndexSet index;
   std::string source;
   std::shared_ptr<std::atomic<bool>> digests_verified = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<MapGuard> guard = nullptr;
 };
+
+// Loads an index file or an index set manifest (IndexSet::load) and, for
+// LoadMode::kMap, guards each shard's mapping (index.cpp).
+PyIndex load_index(const std::filesystem::path& path, LoadMode mode);
 
 // A load mode argument: "auto", "copy" or "map" (ValueError otherwise;
 // TypeError for a non-str).

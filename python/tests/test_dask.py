@@ -5,7 +5,9 @@ reduced shard by shard, and bulk dedup equal to SQLite's answer."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import subprocess
 
 import numpy as np
 import pytest
@@ -229,8 +231,15 @@ def test_find_missing_with_an_index_equals_without(client, catalog_file, tmp_pat
     bag = chunks_bag(candidates, 16, 7)
     plain, plain_counts = abf.dask.find_missing(bag, f, str(path), return_counts=True)
     assert np.array_equal(plain, expected)
-    for given, at in ((str(index_path), version), (abf.Index.load(index_path), version),
-                      (str(empty_path), 0)):
+    given_indexes = [(str(index_path), version), (abf.Index.load(index_path), version),
+                     (str(empty_path), 0)]
+    cli = os.environ.get("ABF_CLI")
+    if cli:  # an index set (abf index --shards 3): the same answers
+        set_path = tmp_path / "c.abxs"
+        subprocess.run([cli, "index", "--db", str(path), "--shards", "3", "-o", str(set_path)],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        given_indexes += [(str(set_path), version), (abf.Index.load(set_path), version)]
+    for given, at in given_indexes:
         missing, counts = abf.dask.find_missing(bag, f, str(path), return_counts=True,
                                                 index=given)
         assert np.array_equal(missing, expected)

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import pathlib
 import shutil
 import sqlite3
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -232,6 +237,174 @@ def test_dedup_checks_the_digests_of_a_rewritten_index(catalog, tmp_path):
     forged = abf.Index.load(tmp_path / "forged.abfx")
     with pytest.raises(abf.CatalogMismatchError, match="add up"):
         abf.dedup(stored[:10], f, c, index=forged)
+
+
+# --- index sets (abf index --shards S: an ABXS manifest and S ABFX shards) -----
+
+
+def write_index_set(cli: str, db, path, shards: int, version: int | None = None):
+    args = [cli, "index", "--db", str(db), "--shards", str(shards), "-o", str(path)]
+    if version is not None:
+        args += ["--version", str(version)]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                   timeout=120)
+    return path
+
+
+def test_index_set_answers_equal_the_single_index_and_sqlite(catalog, tmp_path, abf_cli):
+    c, stored, db = catalog
+    report = c.write_index(tmp_path / "c.abfx")
+    write_index_set(abf_cli, db, tmp_path / "c.abxs", 3)
+    shard_files = sorted(tmp_path.glob("c.abxs.*.abfx"))
+    assert len(shard_files) == 3
+    one = abf.Index.load(tmp_path / "c.abfx")
+    assert one.shard_count == 1 and "shards" not in repr(one)
+    present = present_in_sqlite(db, 2)
+    # Members, digests removed at version 2, random digests; and every
+    # digest held with its last byte flipped (neighbours of members).
+    near = stored[1000:2000].copy()
+    near[:, -1] ^= 1
+    candidates = np.concatenate([half_present(stored, seed=45), stored[:1000], near])
+    np.random.default_rng(46).shuffle(candidates)
+    expected = np.array([bytes(r) in present for r in candidates])
+    assert 0.2 < expected.mean() < 0.8
+    assert np.array_equal(one.contains(candidates), expected)
+    for mode in ("auto", "copy", "map"):
+        s = abf.Index.load(tmp_path / "c.abxs", mode=mode)
+        assert s.shard_count == 3 and "3 shards" in repr(s)
+        assert len(s) == len(one) == report["digests"] == 5000
+        assert s.catalog_id == one.catalog_id == c.id
+        assert s.catalog_version == one.catalog_version == 2
+        assert s.content_fingerprint == one.content_fingerprint == report["content_fingerprint"]
+        assert s.path == str(tmp_path / "c.abxs")
+        assert np.array_equal(s.contains(candidates), expected)
+        assert np.array_equal(s.contains(candidates.tobytes()), expected)
+        assert [bytes(r) in s for r in candidates[:300]] == expected[:300].tolist()
+        assert np.array_equal(s.digests(), one.digests())
+        assert s.contains(np.empty((0, 32), np.uint8)).shape == (0,)
+    # Each shard is an index of its own; together they are the whole.
+    shards = [abf.Index.load(p) for p in shard_files]
+    assert all(x.shard_count == 1 and len(x) > 0 for x in shards)
+    assert sum(len(x) for x in shards) == 5000
+    union = np.zeros(len(candidates), bool)
+    for x in shards:
+        union |= x.contains(candidates)
+    assert np.array_equal(union, expected)
+    # A set of one shard, and the empty set of version 0.
+    write_index_set(abf_cli, db, tmp_path / "one.abxs", 1)
+    assert np.array_equal(abf.Index.load(tmp_path / "one.abxs").contains(candidates), expected)
+    write_index_set(abf_cli, db, tmp_path / "empty.abxs", 4, version=0)
+    empty = abf.Index.load(tmp_path / "empty.abxs", mode="map")
+    assert len(empty) == 0 and empty.shard_count == 4 and empty.catalog_version == 0
+    assert not empty.contains(candidates).any() and empty.digests().shape == (0, 32)
+
+
+def test_dedup_with_an_index_set_equals_without(catalog, tmp_path, abf_cli):
+    c, stored, db = catalog
+    f = c.build_filter(20000, 0.2)  # many maybes for the index to answer
+    write_index_set(abf_cli, db, tmp_path / "c.abxs", 3)
+    candidates = np.concatenate([half_present(stored, seed=47), stored[:10]])
+    expected = missing_reference(candidates, present_in_sqlite(db, 2))
+    plain, plain_counts = abf.dedup(candidates, f, c, return_counts=True)
+    assert np.array_equal(plain, expected)
+    s = abf.Index.load(tmp_path / "c.abxs")
+    for given in (s, abf.Index.load(tmp_path / "c.abxs", mode="map"), tmp_path / "c.abxs",
+                  str(tmp_path / "c.abxs")):
+        missing, counts = abf.dedup(candidates, f, c, return_counts=True, index=given)
+        assert np.array_equal(missing, expected)
+        assert counts["exact_lookups"] == plain_counts["exact_lookups"] > 500
+        assert counts["index_version"] == 2
+        assert counts["index_lookups"] == counts["exact_lookups"]
+        assert counts["store_lookups"] == 0
+    assert np.array_equal(abf.dedup(candidates, f, c, use_filter=False, index=s), expected)
+    # Past the set's version the catalog answers what changed.
+    added = random_digests(2000, seed=48)
+    c.add(added)
+    c.remove(stored[2000:2100])
+    more = np.concatenate([candidates, added[:1000]])
+    expected = missing_reference(more, present_in_sqlite(db, 4))
+    missing, counts = abf.dedup(more, f, c, return_counts=True, index=s)
+    assert np.array_equal(missing, expected)
+    assert np.array_equal(abf.dedup(more, f, c), expected)
+    assert counts["store_lookups"] >= 1000 and counts["index_lookups"] > 0
+    # Another catalog's set is refused, naming the manifest.
+    with abf.Catalog.create(tmp_path / "other.db") as other:
+        other.add(stored)
+        other.remove(stored[:1000])
+    write_index_set(abf_cli, tmp_path / "other.db", tmp_path / "other.abxs", 2)
+    with pytest.raises(abf.CatalogMismatchError, match="other.abxs"):
+        abf.dedup(stored[:10], f, c, index=tmp_path / "other.abxs")
+
+
+def test_damaged_index_sets_raise_snapshot_error(catalog, tmp_path, abf_cli):
+    c, stored, db = catalog
+    f = c.build_filter(6000, 0.01)
+    manifest = write_index_set(abf_cli, db, tmp_path / "c.abxs", 3)
+    good = manifest.read_bytes()
+    flipped_header, flipped_body = bytearray(good), bytearray(good)
+    flipped_header[40] ^= 1  # the content fingerprint
+    flipped_body[-1] ^= 1  # the last shard entry
+    for name, data in {"truncated": good[:100], "header": bytes(flipped_header),
+                       "body": bytes(flipped_body), "short": good[:-1]}.items():
+        bad = tmp_path / f"bad-{name}.abxs"
+        bad.write_bytes(data)
+        for load in (lambda: abf.Index.load(bad), lambda: abf.Index.load(bad, mode="map"),
+                     lambda: abf.dedup(stored[:10], f, c, index=bad)):
+            with pytest.raises(abf.SnapshotError) as caught:
+                load()
+            assert caught.value.code.startswith("index_set_manifest_"), (name, caught.value.code)
+            assert str(bad) in str(caught.value)
+    # A shard gone, and a shard replaced by another set's shard.
+    shard_files = sorted(tmp_path.glob("c.abxs.*.abfx"))
+    saved = shard_files[1].read_bytes()
+    shard_files[1].unlink()
+    with pytest.raises(abf.SnapshotError) as caught:
+        abf.Index.load(manifest)
+    assert caught.value.code == "index_set_shard_missing"
+    write_index_set(abf_cli, db, tmp_path / "v1.abxs", 3, version=1)
+    shutil.copy(sorted(tmp_path.glob("v1.abxs.*.abfx"))[1], shard_files[1])
+    with pytest.raises(abf.SnapshotError) as caught:
+        abf.Index.load(manifest)
+    assert caught.value.code == "index_set_shard_mismatch"
+    shard_files[1].write_bytes(saved)
+    assert len(abf.Index.load(manifest)) == 5000
+
+
+TRUNCATE_SHARD = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    import abf
+    from conftest import random_digests
+    cli, path = sys.argv[1], sys.argv[2]
+    d = random_digests(300_000, 9)
+    c = abf.Catalog.create(path + ".db"); c.add(d); c.close()
+    subprocess.run([cli, "index", "--db", path + ".db", "--shards", "3", "-o", path],
+                   check=True, stdout=subprocess.DEVNULL)
+    s = abf.Index.load(path, mode="map")
+    assert s.shard_count == 3 and s.contains(d).all()
+    folder = os.path.dirname(path)
+    shard = sorted(n for n in os.listdir(folder) if n.endswith(".abfx"))[2]
+    os.truncate(os.path.join(folder, shard), 4096)
+    for attempt in range(2):  # and again: the damage is remembered
+        try:
+            s.contains(d)
+        except abf.IoError as e:
+            assert "truncated" in str(e) and path in str(e), e
+            print("io_error", attempt)
+    print("alive")
+    """
+)
+
+
+def test_a_mapped_index_set_with_a_truncated_shard_raises(tmp_path, abf_cli):
+    path = tmp_path / "x" / "m.abxs"
+    path.parent.mkdir()
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent)] + sys.path))
+    done = subprocess.run([sys.executable, "-c", TRUNCATE_SHARD, abf_cli, str(path)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.split() == ["io_error", "0", "io_error", "1", "alive"], done.stdout
 
 
 def test_index_is_exported():
