@@ -87,7 +87,7 @@ class Filter(_FilterLike):
     def to_bytes(self) -> bytes: ...
 
 class FilterSet(_FilterLike):
-    """S shards routed by the digest's last 8 bytes (PROTOCOL.md section 13)."""
+    """S shards routed by the digest's last 8 bytes (docs/protocol.md section 13)."""
 
     @property
     def shard_expected_item_count(self) -> int: ...

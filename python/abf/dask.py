@@ -3,7 +3,7 @@
 Nothing here schedules or sends anything itself: the partitions of a Dask
 collection become tasks, Dask runs them where the data is, and Dask's own
 tree reduction (``dask.bag.Bag.reduction``) ORs the partial filters, which
-is exact (PROTOCOL.md section 6), so the result is bit for bit
+is exact (docs/protocol.md section 6), so the result is bit for bit
 ``abf.build`` of the same digests in one process, whatever the
 partitioning::
 

@@ -323,7 +323,7 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       options.backend = engine;
       const service::ArtifactExistenceService service(publisher, store, nullptr, options);
       // One head for the whole call: every answer exact at the catalog's
-      // newest version, read once (PROTOCOL.md section 8).
+      // newest version, read once (docs/protocol.md section 8).
       auto head = service.head(**snapshot);
       if (!head) return std::unexpected(head.error());
       version = head->catalog_version;

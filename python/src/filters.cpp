@@ -691,7 +691,7 @@ key_fingerprint (hex or None). Computing it reads the payload once.
   common_properties(filter, [](const PyFilter& f) -> const Filter& { return f.filter; });
 
   py::class_<PyFilterSet> set(m, "FilterSet", R"doc(
-A filter set (PROTOCOL.md section 13): S shards, digest d in shard
+A filter set (docs/protocol.md section 13): S shards, digest d in shard
 (big-endian u64 of d[24:32]) mod S, each an ordinary filter of one layout.
 
 Answers exactly as asking each digest's shard alone; query() partitions the
