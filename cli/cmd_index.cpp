@@ -1,10 +1,14 @@
 // abf index: writes the exact index (ABFX) of a catalog at one version, the
 // in-memory exact answer `abf dedup --index` asks instead of SQLite.
 #include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +30,26 @@ struct IndexOptions {
   bool json = false;
   int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
+
+// The size of the index file, or of a set's shard files (the manifest
+// left out), from the counts written: each shard is an ABFX of its own n_i.
+std::uint64_t index_bytes(const IndexOptions& options, const service::IndexBuildReport& built) {
+  const auto file_size = [&](std::uint64_t n) {
+    return IndexHeader{.digest_count = n,
+                       .block_digests = options.block_digests,
+                       .block_count = (n + options.block_digests - 1) / options.block_digests}
+        .file_size();
+  };
+  if (options.shards <= 1) return file_size(built.digest_count);
+  std::ifstream in(options.output, std::ios::binary);
+  const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                        std::istreambuf_iterator<char>());
+  auto manifest = parse_index_set_manifest(bytes, options.output);
+  if (!manifest) return 0;  // just written and checked by its writer; 0 if it vanished since
+  std::uint64_t total = 0;
+  for (const IndexSetEntry& entry : manifest->shards) total += file_size(entry.digest_count);
+  return total;
+}
 
 int run_index(const IndexOptions& options) {
   if (options.block_digests == 0 || (options.block_digests & (options.block_digests - 1)) != 0 ||
@@ -81,11 +105,7 @@ int run_index(const IndexOptions& options) {
         {"content_fingerprint", built->fingerprint.hex()},
         {"block_digests", options.block_digests},
         {"shards", options.shards},
-        {"bytes", IndexHeader{.digest_count = built->digest_count,
-                              .block_digests = options.block_digests,
-                              .block_count = (built->digest_count + options.block_digests - 1) /
-                                             options.block_digests}
-                      .file_size()},  // of the digests' files, without a set's manifest
+        {"bytes", index_bytes(options, *built)},
         {"seconds", seconds},
     };
     text = json_text(json);

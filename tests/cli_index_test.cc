@@ -243,6 +243,28 @@ TEST_F(CliIndexTest, AnIndexSetReplacedLeavesOnlyTheNewShards) {
   EXPECT_NE(run.out.find("\"catalog_version\": 3"), std::string::npos) << run.out;
 }
 
+// --json's "bytes" is what is on disk: the index file, or a set's shard
+// files (each an ABFX of its own count; the manifest left out).
+TEST_F(CliIndexTest, JsonBytesAreTheFilesWritten) {
+  make_catalog();
+  for (const int shards : {1, 3, 7}) {
+    SCOPED_TRACE("shards " + std::to_string(shards));
+    const std::string out = "b" + std::to_string(shards) + ".abx";
+    const CliRun run =
+        abf("index --db c.db --shards " + std::to_string(shards) + " -o " + out + " --json");
+    ASSERT_EQ(run.status, 0) << run.err;
+    std::uintmax_t on_disk = 0;
+    for (const auto& entry : fs::directory_iterator(dir_.path())) {
+      const std::string name = entry.path().filename().string();
+      if (shards == 1 ? name == out : (name.starts_with(out + ".") && name.ends_with(".abfx"))) {
+        on_disk += entry.file_size();
+      }
+    }
+    EXPECT_NE(run.out.find("\"bytes\": " + std::to_string(on_disk) + ","), std::string::npos)
+        << run.out;
+  }
+}
+
 TEST_F(CliIndexTest, IndexRefusesBadShardCounts) {
   make_catalog();
   for (const std::string bad : {"0", "65537", "-1", "x"}) {

@@ -687,7 +687,8 @@ std::vector<TenantReload> Core::reload(std::string_view trigger, bool indexes) {
     if (!index_ok) {
       report.ok = false;
       report.error = "index refused, the old one keeps serving: " + index_ok.error().describe() +
-                     (report.error.empty() ? "" : "; snapshot: " + report.error);
+                     (report.error.empty() ? "; the snapshot reloaded"
+                                           : "; snapshot: " + report.error);
     }
     reports.push_back(std::move(report));
   }

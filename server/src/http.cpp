@@ -698,7 +698,8 @@ struct HttpFront::Impl {
         reasons += (reasons.empty() ? "" : "; ") + report.tenant + ": " + report.error;
       }
       body["error"] = {{"code", "reload_failed"},
-                       {"message", "reload refused, the old snapshot keeps serving: " + reasons}};
+                       {"message", "reload refused (what was refused keeps serving its old "
+                                   "version): " + reasons}};
       t_access.error = "reload_failed";
     }
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",

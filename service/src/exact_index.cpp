@@ -154,7 +154,11 @@ Result<void> check_index_binding(const IndexSet& index, std::string_view source,
                     fingerprint->hex() + " over " + std::to_string(index.size()) +
                     " digests, the catalog's " + content->fingerprint.hex() + " over " +
                     std::to_string(content->item_count) +
-                    " (a catalog restored from a backup and changed since?); refused" + hint);
+                    (index.size() < content->item_count && index.shard_count() == 1
+                         ? " (one shard of an index set? pass the set's manifest; or a catalog "
+                           "restored from a backup and changed since?); refused"
+                         : " (a catalog restored from a backup and changed since?); refused") +
+                    hint);
   }
   if (!verify_digests) return {};
   if (const auto actual = index.digests_fingerprint(); actual != *fingerprint) {
