@@ -119,7 +119,10 @@ def plot(results, path):
         axis.set_xlabel("seconds (median, log scale)")
         axis.set_title(f"{name}: {results[name]['candidates']:,} candidates", fontsize=10)
         axis.legend(fontsize=8)
-    figure.suptitle(results[names[0]]["machine"], fontsize=9)
+    machines = sorted({results[name]["machine"] for name in names})
+    figure.suptitle("; ".join(machines) + "; median of " +
+                    "/".join(str(results[name]["runs"]) for name in names) +
+                    " runs; serve CPU: the server's", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
