@@ -20,10 +20,14 @@
 #include <utility>
 
 #include "abf/io.hpp"
+#include "file_read.hpp"
 
 namespace abf {
 
 namespace {
+
+using detail::Fd;
+using detail::hex64;
 
 static_assert(std::endian::native == std::endian::little,
               "index integers are little-endian; big-endian hosts need byte swaps here");
@@ -55,12 +59,6 @@ void store_le(std::uint8_t* p, T value) {
 }
 
 std::uint64_t xxh3(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
-
-std::string hex64(std::uint64_t value) {
-  char text[19];
-  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
 
 std::uint64_t header_checksum(const std::uint8_t* bytes) {
   std::uint8_t copy[kIndexHeaderSize];
@@ -591,20 +589,6 @@ Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t>
   return state;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 std::string file_kind(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -616,17 +600,7 @@ std::string file_kind(mode_t mode) {
 
 Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, std::uint64_t offset,
                         const std::string& where) {
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return fail(ErrorCode::kIo, where + ": read error: " + std::strerror(errno));
-    }
-    if (got == 0) return fail(ErrorCode::kIndexTruncated, where + ": file shrank while reading");
-    done += static_cast<std::size_t>(got);
-  }
-  return {};
+  return detail::read_exact(fd, out, size, offset, where, ErrorCode::kIndexTruncated);
 }
 
 }  // namespace

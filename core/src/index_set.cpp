@@ -23,11 +23,16 @@
 #include <utility>
 
 #include "abf/io.hpp"
+#include "file_read.hpp"
 #include "filter_set_internal.hpp"
 
 namespace abf {
 
 namespace {
+
+using detail::Fd;
+using detail::hex64;
+using detail::plain_hex16;
 
 static_assert(std::endian::native == std::endian::little,
               "manifest integers are little-endian; big-endian hosts need byte swaps here");
@@ -72,18 +77,6 @@ std::uint64_t header_checksum(const std::uint8_t* header) {
   std::memcpy(copy, header, kIndexSetHeaderSize);
   std::memset(copy + kHeaderChecksumOffset, 0, 8);
   return XXH3_64bits(copy, kIndexSetHeaderSize);
-}
-
-std::string hex64(std::uint64_t value) {
-  char text[19];
-  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-std::string plain_hex16(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 std::string shard_file_name(const std::string& base, std::uint64_t build_id, std::uint32_t i) {
@@ -142,33 +135,8 @@ std::string shard_number_problem(std::string_view name, std::uint32_t index,
          " (entries reordered?): its digests would be asked of the wrong index";
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, const std::string& where) {
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return fail(ErrorCode::kIo, where + ": read error: " + std::strerror(errno));
-    }
-    if (got == 0)
-      return fail(ErrorCode::kIndexSetManifestTruncated, where + ": file shrank while reading");
-    done += static_cast<std::size_t>(got);
-  }
-  return {};
+  return detail::read_exact(fd, out, size, 0, where, ErrorCode::kIndexSetManifestTruncated);
 }
 
 bool has_magic(const std::vector<std::uint8_t>& bytes) {

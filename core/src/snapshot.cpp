@@ -22,10 +22,14 @@
 #include "abf/layout.hpp"
 #include "abf/probe.hpp"
 #include "abf/scheme.hpp"
+#include "file_read.hpp"
 
 namespace abf {
 
 namespace {
+
+using detail::Fd;
+using detail::hex64;
 
 static_assert(std::endian::native == std::endian::little,
               "snapshot integers are little-endian; big-endian hosts need byte swaps here");
@@ -54,12 +58,6 @@ void store_le(std::uint8_t* p, T value) {
 
 std::uint64_t xxh3(std::span<const std::uint8_t> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
-}
-
-std::string hex64(std::uint64_t value) {
-  char text[19];
-  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 // The header fields at their offsets (section 7), unchecked.
@@ -252,37 +250,9 @@ Result<FilterInfo> info_of(const SnapshotHeader& h, const std::optional<Key>& ke
                     h.catalog_version, h.catalog_id, h.content_fingerprint()};
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd& operator=(Fd&&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, std::uint64_t offset,
                         const std::string& where) {
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return fail(ErrorCode::kIo, where + ": read error: " + std::strerror(errno));
-    }
-    if (got == 0) {
-      return fail(ErrorCode::kSnapshotPayloadTruncated, where + ": file shrank while reading");
-    }
-    done += static_cast<std::size_t>(got);
-  }
-  return {};
+  return detail::read_exact(fd, out, size, offset, where, ErrorCode::kSnapshotPayloadTruncated);
 }
 
 }  // namespace
