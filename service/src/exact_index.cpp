@@ -6,47 +6,63 @@
 
 namespace abf::service {
 
-Result<IndexBuildReport> build_index_from_catalog(SqliteCatalog& catalog,
-                                                  std::uint64_t catalog_version,
-                                                  const std::filesystem::path& path,
-                                                  std::uint32_t block_digests) {
-  const std::string where = "catalog " + catalog.path().string();
+namespace {
+
+// What an index of `catalog` at `version` carries in its header (the
+// catalog's id and content there), with that content; kCatalog for a
+// catalog without an id.
+Result<std::pair<IndexIdentity, CatalogContent>> index_identity(SqliteCatalog& catalog,
+                                                                std::uint64_t version,
+                                                                const std::string& where) {
   if (!catalog.catalog_id()) {
     return fail(ErrorCode::kCatalog,
                 where +
                     " has no catalog id yet (schema 1): open it for writing once "
                     "(abf catalog upgrade) so that an index can name it");
   }
-  auto content = catalog.content_at_version(catalog_version);
+  auto content = catalog.content_at_version(version);
   if (!content) return std::unexpected(content.error());
   IndexIdentity identity;
   identity.catalog_id = *catalog.catalog_id();
-  identity.catalog_version = catalog_version;
+  identity.catalog_version = version;
   identity.content_fingerprint = content->fingerprint;
+  return std::pair{identity, *content};
+}
+
+}  // namespace
+
+Result<IndexBuildReport> build_index_from_catalog(SqliteCatalog& catalog,
+                                                  std::uint64_t catalog_version,
+                                                  const std::filesystem::path& path,
+                                                  std::uint32_t block_digests) {
+  const std::string where = "catalog " + catalog.path().string();
+  auto identified = index_identity(catalog, catalog_version, where);
+  if (!identified) return std::unexpected(identified.error());
+  auto& [identity, content] = *identified;
   identity.block_digests = block_digests;
-  auto writer = IndexWriter::create(path, identity, content->item_count);
+  auto writer = IndexWriter::create(path, identity, content.item_count);
   if (!writer) return std::unexpected(writer.error());
   ContentFingerprint streamed;
   std::uint64_t count = 0;
   auto walked = catalog.for_each_digest_at_version(
       catalog_version, [&](std::span<const Digest> chunk) -> Result<void> {
-        if (count + chunk.size() > content->item_count) {
+        if (count + chunk.size() > content.item_count) {
           return fail(ErrorCode::kCatalog,
                       where + ": version " + std::to_string(catalog_version) +
                           " holds more digests than its versions row records (" +
-                          std::to_string(content->item_count) + "): a damaged catalog");
+                          std::to_string(content.item_count) + "): a damaged catalog");
         }
         streamed += ContentFingerprint::of(chunk);
         count += chunk.size();
         return writer->add(chunk);
       });
   if (!walked) return std::unexpected(walked.error());
-  if (count != content->item_count || streamed != content->fingerprint) {
+  if (count != content.item_count || streamed != content.fingerprint) {
     return fail(ErrorCode::kCatalog,
                 where + ": version " + std::to_string(catalog_version) + " holds " +
                     std::to_string(count) + " digests with content fingerprint " + streamed.hex() +
-                    ", but its versions row records " + std::to_string(content->item_count) +
-                    " and " + content->fingerprint.hex() + ": a damaged catalog; no index written");
+                    ", but its versions row records " + std::to_string(content.item_count) +
+                    " and " + content.fingerprint.hex() + ": a damaged catalog; no index written");
   }
   if (auto committed = writer->commit(); !committed) return std::unexpected(committed.error());
   return IndexBuildReport{catalog_version, count, streamed};
@@ -58,20 +74,11 @@ Result<IndexBuildReport> build_index_set_from_catalog(SqliteCatalog& catalog,
                                                       std::uint32_t shard_count,
                                                       const IndexSetWriteOptions& options) {
   const std::string where = "catalog " + catalog.path().string();
-  if (!catalog.catalog_id()) {
-    return fail(ErrorCode::kCatalog,
-                where +
-                    " has no catalog id yet (schema 1): open it for writing once "
-                    "(abf catalog upgrade) so that an index can name it");
-  }
-  auto content = catalog.content_at_version(catalog_version);
-  if (!content) return std::unexpected(content.error());
-  IndexIdentity identity;
-  identity.catalog_id = *catalog.catalog_id();
-  identity.catalog_version = catalog_version;
-  identity.content_fingerprint = content->fingerprint;
+  auto identified = index_identity(catalog, catalog_version, where);
+  if (!identified) return std::unexpected(identified.error());
+  auto& [identity, content] = *identified;
   identity.block_digests = options.block_digests;
-  const std::uint64_t expected = content->item_count;
+  const std::uint64_t expected = content.item_count;
   const auto damaged = [&](std::uint64_t count) {
     return fail(ErrorCode::kCatalog,
                 where + ": version " + std::to_string(catalog_version) + " holds " +
