@@ -159,6 +159,7 @@ void pass_on(int signal, siginfo_t* info, void* context) {
 void on_sigbus(int signal, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   bool handled = false;
+  bool already_repaired = false;
   if (info != nullptr && info->si_code > 0) {
     const auto address = reinterpret_cast<std::uintptr_t>(info->si_addr);
     const std::size_t count = g_count.load(std::memory_order_acquire);
@@ -169,6 +170,17 @@ void on_sigbus(int signal, siginfo_t* info, void* context) {
       if (range == nullptr || address < range->begin || address >= range->end) continue;
       if (!have_line && !find_mapping(address, line)) break;
       have_line = true;
+      // Two threads that fault in the same mapping at once: the first maps
+      // zeros over the page the second faulted on before the second's
+      // handler reads /proc/self/maps, which then shows the anonymous zero
+      // mapping (inode 0) there. The range is already marked damaged (the
+      // store comes before the mmap), and returning re-runs the read,
+      // which now reads zeros. Passing it on instead would restore the
+      // default handler and kill the process at the next fault.
+      if (line.inode == 0 && range->damaged.load(std::memory_order_acquire)) {
+        already_repaired = true;
+        continue;
+      }
       // Still the file it was registered for: not an address reused since.
       if (line.inode != range->inode || line.major != range->device_major ||
           line.minor != range->device_minor) {
@@ -176,6 +188,10 @@ void on_sigbus(int signal, siginfo_t* info, void* context) {
       }
       range->damaged.store(true, std::memory_order_release);
       handled = true;
+    }
+    if (!handled && already_repaired) {
+      errno = saved_errno;
+      return;
     }
     if (handled) {
       const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
