@@ -214,6 +214,33 @@ TEST(ServeBody, AnswersRoundTrip) {
   EXPECT_EQ(encode_missing(BodyEncoding::kJson, {}, 0), "{\"missing\":[],\"catalog_version\":0}\n");
 }
 
+// The answer written from the request's digests and the missing indices is
+// byte for byte the answer written from the missing digests themselves.
+TEST(ServeBody, AnswerFromIndicesIsTheAnswerOfTheMissingDigests) {
+  const auto d = test::member_digests(5);
+  for (const std::vector<std::uint32_t>& at :
+       {std::vector<std::uint32_t>{}, {0}, {4}, {1, 3}, {0, 1, 2, 3, 4}}) {
+    std::vector<Digest> missing;
+    for (std::uint32_t i : at) missing.push_back(d[i]);
+    for (BodyEncoding e : {BodyEncoding::kBinary, BodyEncoding::kText, BodyEncoding::kJson}) {
+      EXPECT_EQ(encode_missing(e, d, at, 9), encode_missing(e, missing, 9))
+          << static_cast<int>(e) << " " << at.size();
+    }
+  }
+}
+
+// The blob answer's bytes are what nlohmann's dump() made of it before.
+TEST(ServeBody, BlobAnswerIsTheJsonDump) {
+  const auto d = test::member_digests(2);
+  for (const bool present : {true, false}) {
+    for (const std::uint64_t version : {std::uint64_t{0}, std::uint64_t{7}, ~std::uint64_t{0}}) {
+      const nlohmann::ordered_json body = {
+          {"digest", "sha256:" + d[1].hex()}, {"present", present}, {"catalog_version", version}};
+      EXPECT_EQ(encode_blob_answer(d[1], present, version), body.dump() + "\n");
+    }
+  }
+}
+
 TEST(ServeErrors, JsonAndGrpcCodes) {
   const auto json =
       nlohmann::json::parse(error_json(RequestError{400, "invalid_digest", "bad \xff byte"}));

@@ -414,29 +414,35 @@ RequestResult<std::vector<Digest>> parse_find_missing_body(BodyEncoding encoding
   return digests;
 }
 
-std::string encode_missing(BodyEncoding encoding, std::span<const Digest> missing,
-                           std::uint64_t catalog_version) {
+namespace {
+
+// The find-missing answer body of `count` digests, the i-th `at(i)`.
+template <class At>
+std::string encode_missing_with(BodyEncoding encoding, std::size_t count, At at,
+                                std::uint64_t catalog_version) {
   std::string out;
   switch (encoding) {
     case BodyEncoding::kBinary:
-      out.resize(missing.size() * Digest::kSize);
-      if (!missing.empty()) std::memcpy(out.data(), missing.data(), out.size());
+      out.resize(count * Digest::kSize);
+      for (std::size_t i = 0; i < count; ++i) {
+        std::memcpy(out.data() + i * Digest::kSize, &at(i), Digest::kSize);
+      }
       return out;
     case BodyEncoding::kText:
-      out.resize(missing.size() * 65);
-      for (std::size_t i = 0; i < missing.size(); ++i) {
-        write_hex(missing[i], out.data() + i * 65);
+      out.resize(count * 65);
+      for (std::size_t i = 0; i < count; ++i) {
+        write_hex(at(i), out.data() + i * 65);
         out[i * 65 + 64] = '\n';
       }
       return out;
     case BodyEncoding::kJson: {
       // Written by hand: 75 bytes a digest, no allocation per entry.
-      out.reserve(missing.size() * 75 + 64);
+      out.reserve(count * 75 + 64);
       out += "{\"missing\":[";
       char hex[64];
-      for (std::size_t i = 0; i < missing.size(); ++i) {
+      for (std::size_t i = 0; i < count; ++i) {
         if (i != 0) out += ',';
-        write_hex(missing[i], hex);
+        write_hex(at(i), hex);
         out += "\"sha256:";
         out.append(hex, sizeof hex);
         out += '"';
@@ -445,6 +451,40 @@ std::string encode_missing(BodyEncoding encoding, std::span<const Digest> missin
       return out;
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::string encode_missing(BodyEncoding encoding, std::span<const Digest> missing,
+                           std::uint64_t catalog_version) {
+  if (encoding == BodyEncoding::kBinary) {
+    // The records are the digests' own bytes: one copy.
+    std::string out(missing.size() * Digest::kSize, '\0');
+    if (!missing.empty()) std::memcpy(out.data(), missing.data(), out.size());
+    return out;
+  }
+  return encode_missing_with(
+      encoding, missing.size(), [&](std::size_t i) -> const Digest& { return missing[i]; },
+      catalog_version);
+}
+
+std::string encode_missing(BodyEncoding encoding, std::span<const Digest> digests,
+                           std::span<const std::uint32_t> missing, std::uint64_t catalog_version) {
+  return encode_missing_with(
+      encoding, missing.size(), [&](std::size_t i) -> const Digest& { return digests[missing[i]]; },
+      catalog_version);
+}
+
+std::string encode_blob_answer(const Digest& digest, bool present, std::uint64_t catalog_version) {
+  // Written by hand, as nlohmann's dump() writes it: no character of it
+  // needs escaping.
+  std::string out = "{\"digest\":\"sha256:";
+  char hex[64];
+  write_hex(digest, hex);
+  out.append(hex, sizeof hex);
+  out += present ? "\",\"present\":true" : "\",\"present\":false";
+  out += ",\"catalog_version\":" + std::to_string(catalog_version) + "}\n";
   return out;
 }
 

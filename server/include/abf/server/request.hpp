@@ -132,6 +132,15 @@ RequestResult<std::vector<Digest>> parse_find_missing_body(BodyEncoding encoding
 // "catalog_version":N} and a newline.
 std::string encode_missing(BodyEncoding encoding, std::span<const Digest> missing,
                            std::uint64_t catalog_version);
+// The same body for the request's `digests` at `missing` (indices into
+// `digests`, in order), written straight from the request's digests.
+std::string encode_missing(BodyEncoding encoding, std::span<const Digest> digests,
+                           std::span<const std::uint32_t> missing, std::uint64_t catalog_version);
+
+// The body of a blob answer (GET /v1/<tenant>/blobs/<digest>):
+// {"digest":"sha256:<hex>","present":true|false,"catalog_version":N} and a
+// newline.
+std::string encode_blob_answer(const Digest& digest, bool present, std::uint64_t catalog_version);
 
 // The digest of a gRPC Digest.hash: 64 hex digits, lowercase as the Remote
 // Execution API writes them (upper case accepted too). 400
