@@ -226,33 +226,11 @@ class Core {
   const Logger& logger() const noexcept { return *logger_; }
   bool auth_enabled() const noexcept { return config_.token_file.has_value(); }
 
-  // The caller of a request with this Authorization value ("" for none):
-  // anonymous when authentication is off; 401 "unauthenticated" without a
-  // token, "invalid_token" for one that is not in the file.
-  RequestResult<Caller> authenticate(std::string_view authorization) const;
-  // The tenant `name` if `caller` may ask it: 403 "forbidden" when the
-  // token does not name it (whether or not it exists, so a token learns
-  // nothing about other tenants), 404 "unknown_tenant" otherwise.
-  RequestResult<Tenant*> tenant_for(const Caller& caller, std::string_view name);
-  // The tenant of a gRPC request with an empty instance_name, decided from
-  // what the caller may see only, so the answer never depends on how many
-  // tenants the server has beyond them: a token that names exactly one
-  // tenant gets that one (as if it had named it); a token of "*", or no
-  // authentication, gets the only tenant when the server has one; anything
-  // else is 400 "invalid_request" (name one), with no count in the message.
-  RequestResult<Tenant*> default_tenant(const Caller& caller);
   // 403 unless `caller` may reload (an @admin token, or no authentication).
   RequestResult<void> check_admin(const Caller& caller) const;
   // 403 unless `caller` may read /metrics and /readyz's details (@metrics
   // or @admin, or no authentication).
   RequestResult<void> check_operations(const Caller& caller) const;
-
-  RateLimiter& limiter() noexcept { return limiter_; }
-
-  // The exact answer for `digests` at the serving snapshot's version: 503
-  // "no_snapshot" before a snapshot is served, 503 "catalog_unavailable"
-  // when the catalog fails.
-  RequestResult<FindMissingOutcome> find_missing(Tenant& tenant, std::span<const Digest> digests);
 
   // Re-reads every tenant's index (when `indexes`; a configured one) and
   // snapshot; a tenant's report is ok when both were.
@@ -279,6 +257,29 @@ class Core {
                      std::uint64_t digests, std::uint64_t missing);
 
  private:
+  // The steps of the admission pipeline (admission.hpp), which alone
+  // takes them: a front reaches a tenant only through it.
+  friend class Admission;
+  // The caller of a request with this Authorization value ("" for none):
+  // anonymous when authentication is off; 401 "unauthenticated" without a
+  // token, "invalid_token" for one that is not in the file.
+  RequestResult<Caller> authenticate(std::string_view authorization) const;
+  // The tenant `name` if `caller` may ask it: 403 "forbidden" when the
+  // token does not name it (whether or not it exists, so a token learns
+  // nothing about other tenants), 404 "unknown_tenant" otherwise.
+  RequestResult<Tenant*> tenant_for(const Caller& caller, std::string_view name);
+  // The tenant of a request that names none (gRPC's empty instance_name), decided from
+  // what the caller may see only, so the answer never depends on how many
+  // tenants the server has beyond them: a token that names exactly one
+  // tenant gets that one (as if it had named it); a token of "*", or no
+  // authentication, gets the only tenant when the server has one; anything
+  // else is 400 "invalid_request" (name one), with no count in the message.
+  RequestResult<Tenant*> default_tenant(const Caller& caller);
+  // The exact answer for `digests` at the serving snapshot's version: 503
+  // "no_snapshot" before a snapshot is served, 503 "catalog_unavailable"
+  // when the catalog fails.
+  RequestResult<FindMissingOutcome> find_missing(Tenant& tenant, std::span<const Digest> digests);
+
   Core(const ServerConfig& config, std::unique_ptr<Logger> logger, std::vector<TokenEntry> tokens);
   Result<void> reload_tenant(Tenant& tenant, std::string_view trigger, TenantReload& report);
   // Loads the tenant's configured index, checks it against the catalog

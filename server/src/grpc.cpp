@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "abf/server/grpc_wire.hpp"
+#include "admission.hpp"
 #include "remote_execution.grpc.pb.h"
 
 namespace abf::server {
@@ -63,14 +64,77 @@ std::string_view metadata(const grpc::ServerContextBase& context, std::string_vi
   return {found->second.data(), found->second.size()};
 }
 
-// FindMissingBlobs with the request and answer as bytes (grpc_wire.hpp
-// says why), registered by hand as the generated Service does, with
-// ByteBuffer for both messages: a synchronous method, as before. (The
-// generated raw callback method spent more of the server's samples in
-// thread switches under the same client: 13.8% against 9.7%, perf.)
+// FindMissingBlobs' parser: the message read in place (grpc_wire.hpp says
+// why) when the pipeline asks for the tenant, which it names; its digests
+// checked when the pipeline asks for them.
+class FindMissingBlobsRequest final : public TenantRequest {
+ public:
+  FindMissingBlobsRequest(const grpc::ByteBuffer& request, std::size_t max_digests)
+      : request_(request), max_digests_(max_digests) {}
+
+  RequestResult<std::string_view> tenant() override {
+    if (!request_.DumpToSingleSlice(&bytes_).ok()) {
+      return refuse(400, "invalid_request", "the request could not be read");
+    }
+    auto wire = parse_find_missing_blobs(data(), max_digests_);
+    if (!wire) return std::unexpected(wire.error());
+    wire_ = std::move(*wire);
+    if (!wire_.instance_name.empty() && !valid_tenant_name(wire_.instance_name)) {
+      return refuse(400, "invalid_tenant",
+                    "instance_name is not a tenant name (1 to 64 of A-Z a-z 0-9 . _ -)");
+    }
+    return wire_.instance_name;
+  }
+
+  // The digest function, the digest limit, then the digests themselves.
+  RequestResult<std::span<const Digest>> digests() override {
+    const auto function = wire_.digest_function;
+    if (function != rex::DigestFunction::UNKNOWN && function != rex::DigestFunction::SHA256) {
+      // Named only when it is one of the enum's values: 2^63 is not
+      // UNKNOWN (0), which its low 32 bits would be.
+      const bool named = function <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()) &&
+                         rex::DigestFunction::Value_IsValid(static_cast<int>(function));
+      const std::string name = named ? rex::DigestFunction::Value_Name(static_cast<int>(function))
+                                     : std::to_string(function);
+      return refuse(400, "unsupported_digest_function",
+                    "digest_function " + name + ": this server answers for SHA256 only");
+    }
+    if (wire_.count > max_digests_) {
+      return refuse(413, "too_many_digests",
+                    "request has " + std::to_string(wire_.count) + " digests; the limit is " +
+                        std::to_string(max_digests_) + " per request: split the batch");
+    }
+    if (wire_.digest_error) return std::unexpected(*wire_.digest_error);
+    return wire_.digests;
+  }
+
+  // The answer: the missing entries exactly as they were sent, written in
+  // place into one slice of the answer's exact size.
+  grpc::ByteBuffer encode(const FindMissingOutcome& outcome) const {
+    grpc::Slice out(find_missing_blobs_response_size(wire_, outcome.missing));
+    encode_find_missing_blobs_response(
+        data(), wire_, outcome.missing,
+        std::span<std::uint8_t>(const_cast<std::uint8_t*>(out.begin()), out.size()));
+    return grpc::ByteBuffer(&out, 1);
+  }
+
+ private:
+  std::span<const std::uint8_t> data() const { return {bytes_.begin(), bytes_.size()}; }
+
+  const grpc::ByteBuffer& request_;
+  std::size_t max_digests_;
+  grpc::Slice bytes_;
+  FindMissingBlobsWire wire_;
+};
+
+// FindMissingBlobs with the request and answer as bytes, registered by hand
+// as the generated Service does, with ByteBuffer for both messages: a
+// synchronous method, as before. (The generated raw callback method spent
+// more of the server's samples in thread switches under the same client:
+// 13.8% against 9.7%, perf.)
 class CasService final : public grpc::Service {
  public:
-  explicit CasService(Core& core) : core_(core) {
+  explicit CasService(Core& core) : core_(core), admission_(core) {
     AddMethod(new grpc::internal::RpcServiceMethod(
         "/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs",
         grpc::internal::RpcMethod::NORMAL_RPC,
@@ -85,109 +149,37 @@ class CasService final : public grpc::Service {
   grpc::Status FindMissingBlobs(grpc::ServerContext* context, const grpc::ByteBuffer* request,
                                 grpc::ByteBuffer* response) {
     const auto start = Clock::now();
-    Answer answer;
-    const auto result = answer_request(*context, *request, *response, answer);
-    const int status = result ? 200 : result.error().status;
-    const auto elapsed = Clock::now() - start;
-    core_.observe_latency(Endpoint::kGrpcFindMissingBlobs, elapsed);
-    core_.count_request("grpc", answer.tenant, status, answer.digests, answer.missing);
-    if (core_.logger().enabled(LogLevel::kInfo)) {
-      nlohmann::ordered_json line = {
-          {"event", "request"},        {"front", "grpc"},           {"method", "FindMissingBlobs"},
-          {"status", status},          {"tenant", answer.tenant},   {"caller", answer.caller},
-          {"digests", answer.digests}, {"missing", answer.missing}, {"maybes", answer.maybes}};
-      if (result) line["catalog_version"] = answer.catalog_version;
-      if (!result) line["error"] = result.error().code;
-      line["us"] = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
-      if (answer.answer_us >= 0) line["answer_us"] = answer.answer_us;
-      line["remote"] = context->peer();
-      core_.logger().log(LogLevel::kInfo, std::move(line));
-    }
-    if (!result) {
-      const RequestError& error = result.error();
+    RequestNote note;
+    FindMissingBlobsRequest parsed(*request, core_.config().max_digests);
+    auto outcome = admission_.find_missing(metadata(*context, "authorization"), parsed, note);
+    grpc::Status status = grpc::Status::OK;
+    if (outcome) {
+      *response = parsed.encode(*outcome);
+      context->AddTrailingMetadata("x-abf-catalog-version",
+                                   std::to_string(outcome->catalog_version));
+    } else {
+      const RequestError& error = outcome.error();
+      note.error = error.code;
       if (error.retry_after_seconds > 0) {
         context->AddTrailingMetadata("retry-after", std::to_string(error.retry_after_seconds));
       }
-      return grpc::Status(static_cast<grpc::StatusCode>(grpc_status_for(error.status)),
-                          error.code + ": " + error.message);
+      status = grpc::Status(static_cast<grpc::StatusCode>(grpc_status_for(error.status)),
+                            error.code + ": " + error.message);
     }
-    return grpc::Status::OK;
+    const std::string remote =
+        core_.logger().enabled(LogLevel::kInfo) ? context->peer() : std::string();
+    admission_.finish(AccessLine{.front = "grpc",
+                                 .method = "FindMissingBlobs",
+                                 .path = std::nullopt,
+                                 .remote = remote,
+                                 .endpoint = Endpoint::kGrpcFindMissingBlobs},
+                      outcome ? 200 : outcome.error().status, note, Clock::now() - start);
+    return status;
   }
 
  private:
-  struct Answer {
-    std::string tenant, caller;
-    std::uint64_t digests = 0, missing = 0, maybes = 0, catalog_version = 0;
-    std::int64_t answer_us = -1;  // the exact answer alone: filter, then catalog
-  };
-
-  // The checks in HTTP's order (docs/serve.md): authentication, the tenant,
-  // the request bucket, the digest function, the digest limit, the digests,
-  // the digest bucket, the answer.
-  RequestResult<void> answer_request(grpc::ServerContext& context,
-                                     const grpc::ByteBuffer& request, grpc::ByteBuffer& response,
-                                     Answer& answer) {
-    auto caller = core_.authenticate(metadata(context, "authorization"));
-    if (!caller) return std::unexpected(caller.error());
-    answer.caller = std::string(caller->id());
-    grpc::Slice bytes;
-    if (!request.DumpToSingleSlice(&bytes).ok()) {
-      return refuse(400, "invalid_request", "the request could not be read");
-    }
-    const std::span<const std::uint8_t> data(bytes.begin(), bytes.size());
-    auto wire = parse_find_missing_blobs(data, core_.config().max_digests);
-    if (!wire) return std::unexpected(wire.error());
-    RequestResult<Tenant*> tenant = refuse(400, "invalid_tenant",
-                                           "instance_name is not a tenant name (1 to 64 of "
-                                           "A-Z a-z 0-9 . _ -)");
-    if (wire->instance_name.empty()) {
-      tenant = core_.default_tenant(*caller);
-    } else if (valid_tenant_name(wire->instance_name)) {
-      tenant = core_.tenant_for(*caller, wire->instance_name);
-    }
-    if (!tenant) return std::unexpected(tenant.error());
-    answer.tenant = (*tenant)->config.name;
-    if (auto ok = core_.limiter().admit_request(caller->bucket); !ok) return ok;
-    const auto function = wire->digest_function;
-    if (function != rex::DigestFunction::UNKNOWN && function != rex::DigestFunction::SHA256) {
-      // Named only when it is one of the enum's values: 2^63 is not
-      // UNKNOWN (0), which its low 32 bits would be.
-      const bool named = function <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()) &&
-                         rex::DigestFunction::Value_IsValid(static_cast<int>(function));
-      const std::string name = named ? rex::DigestFunction::Value_Name(static_cast<int>(function))
-                                     : std::to_string(function);
-      return refuse(400, "unsupported_digest_function",
-                    "digest_function " + name + ": this server answers for SHA256 only");
-    }
-    if (wire->count > core_.config().max_digests) {
-      return refuse(413, "too_many_digests",
-                    "request has " + std::to_string(wire->count) + " digests; the limit is " +
-                        std::to_string(core_.config().max_digests) +
-                        " per request: split the batch");
-    }
-    if (wire->digest_error) return std::unexpected(*wire->digest_error);
-    const std::vector<Digest>& digests = wire->digests;
-    answer.digests = digests.size();
-    if (auto ok = core_.limiter().admit_digests(caller->bucket, digests.size()); !ok) return ok;
-    const auto answer_start = Clock::now();
-    auto outcome = core_.find_missing(**tenant, digests);
-    answer.answer_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - answer_start).count();
-    if (!outcome) return std::unexpected(outcome.error());
-    // Written in place into one slice of the answer's exact size.
-    grpc::Slice out(find_missing_blobs_response_size(*wire, outcome->missing));
-    encode_find_missing_blobs_response(
-        data, *wire, outcome->missing,
-        std::span<std::uint8_t>(const_cast<std::uint8_t*>(out.begin()), out.size()));
-    response = grpc::ByteBuffer(&out, 1);
-    answer.missing = outcome->missing.size();
-    answer.maybes = outcome->counts.maybe;
-    answer.catalog_version = outcome->catalog_version;
-    context.AddTrailingMetadata("x-abf-catalog-version", std::to_string(outcome->catalog_version));
-    return {};
-  }
-
   Core& core_;
+  Admission admission_;
 };
 
 }  // namespace

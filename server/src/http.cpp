@@ -4,7 +4,9 @@
 // request that a trickle of bytes does not move. cpp-httplib parses each
 // request and writes each response (Server::process_request on a Stream of
 // ours). Routing, headers and bodies go through request.hpp's pure
-// functions; tenants, tokens, limits and the exact answer through Core.
+// functions; tokens, tenants, limits and the exact answer through the
+// admission pipeline (admission.hpp): a tenant endpoint is a parser (a
+// TenantRequest) and one call.
 #include "http.hpp"
 
 #include <arpa/inet.h>
@@ -33,6 +35,8 @@
 #include <vector>
 
 #include <httplib.h>
+
+#include "admission.hpp"
 
 namespace abf::server {
 
@@ -363,14 +367,9 @@ thread_local Exchange t_exchange;
 // What the access log line of the request being answered on this thread
 // says beyond method, path and status; reset after every line.
 struct Access {
-  bool set = false;
-  std::string tenant;
+  bool set = false;   // the request reached a handler
+  RequestNote note;   // what the admission pipeline learnt (admission.hpp)
   std::string route;  // the path with a blob digest replaced (digests are not logged)
-  std::string caller;
-  std::string error;
-  std::uint64_t digests = 0, missing = 0, maybes = 0, catalog_version = 0;
-  bool has_version = false;
-  std::int64_t answer_us = -1;  // the exact answer alone: filter, then catalog
   Clock::time_point start{};
   Endpoint endpoint = Endpoint::kHttpOther;  // the latency histogram's
 };
@@ -403,6 +402,7 @@ std::string_view reason_code(int status) {
 
 struct HttpFront::Impl {
   Core& core;
+  Admission admission{core};
   Engine engine;
   SSL_CTX* tls = nullptr;
   int listener = -1;
@@ -454,7 +454,7 @@ struct HttpFront::Impl {
       res.set_header("Retry-After", std::to_string(error.retry_after_seconds));
     }
     res.set_content(error_json(error), "application/json");
-    t_access.error = error.code;
+    t_access.note.error = error.code;
   }
 
   std::size_t header_bytes(const httplib::Request& req) {
@@ -663,9 +663,7 @@ struct HttpFront::Impl {
   }
 
   RequestResult<Caller> caller(const httplib::Request& req) {
-    auto caller = core.authenticate(req.get_header_value("Authorization"));
-    if (caller) t_access.caller = std::string(caller->id());
-    return caller;
+    return admission.authenticate(req.get_header_value("Authorization"), t_access.note);
   }
 
   void admin_reload(const httplib::Request& req, httplib::Response& res,
@@ -700,92 +698,101 @@ struct HttpFront::Impl {
       body["error"] = {{"code", "reload_failed"},
                        {"message", "reload refused (what was refused keeps serving its old "
                                    "version): " + reasons}};
-      t_access.error = "reload_failed";
+      t_access.note.error = "reload_failed";
     }
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                     "application/json");
   }
 
-  // Authentication, the tenant, the request bucket: what every tenant
-  // request checks first, in this order (so a token for tenant A learns
-  // nothing about tenant B: 403 whether B exists or not).
-  RequestResult<std::pair<Caller, Tenant*>> admit(const httplib::Request& req,
-                                                  std::string_view tenant_name) {
-    auto who = caller(req);
-    if (!who) return std::unexpected(who.error());
-    auto tenant = core.tenant_for(*who, tenant_name);
-    if (!tenant) return std::unexpected(tenant.error());
-    t_access.tenant = std::string(tenant_name);
-    if (auto ok = core.limiter().admit_request(who->bucket); !ok) {
-      return std::unexpected(ok.error());
+  // POST /v1/<tenant>/find-missing's parser: the tenant from the path; the
+  // digests from the body, in the encoding its Content-Type names (415
+  // first), read only when the pipeline asks for them.
+  class FindMissingRequest final : public TenantRequest {
+   public:
+    FindMissingRequest(Impl& impl, const httplib::Request& req, std::string_view tenant,
+                       const httplib::ContentReader* reader)
+        : impl_(impl), req_(req), tenant_(tenant), reader_(reader) {}
+    RequestResult<std::string_view> tenant() override { return tenant_; }
+    RequestResult<std::span<const Digest>> digests() override {
+      auto encoding = parse_content_type(req_.get_header_value("Content-Type"));
+      if (!encoding) return std::unexpected(encoding.error());
+      encoding_ = *encoding;
+      auto body = impl_.read_body(req_, reader_);
+      if (!body) return std::unexpected(body.error());
+      auto digests = parse_find_missing_body(encoding_, *body, impl_.core.config().max_digests);
+      // The body is freed as this returns, before the answer is made.
+      if (!digests) return std::unexpected(digests.error());
+      digests_ = std::move(*digests);
+      return digests_;
     }
-    return std::pair{*who, *tenant};
-  }
+    // The answer's body: the missing digests in the request's encoding.
+    std::string encode(const FindMissingOutcome& outcome) const {
+      return encode_missing(encoding_, digests_, outcome.missing, outcome.catalog_version);
+    }
+    BodyEncoding encoding() const noexcept { return encoding_; }
+
+   private:
+    Impl& impl_;
+    const httplib::Request& req_;
+    std::string_view tenant_;
+    const httplib::ContentReader* reader_;
+    BodyEncoding encoding_ = BodyEncoding::kBinary;
+    std::vector<Digest> digests_;
+  };
 
   void find_missing(const httplib::Request& req, httplib::Response& res,
                     std::string_view tenant_name, const httplib::ContentReader* reader) {
-    auto admitted = admit(req, tenant_name);
-    if (!admitted) return send_error(res, admitted.error());
-    auto [who, tenant] = *admitted;
-    auto encoding = parse_content_type(req.get_header_value("Content-Type"));
-    if (!encoding) return send_error(res, encoding.error());
-    auto body = read_body(req, reader);
-    if (!body) return send_error(res, body.error());
-    auto digests = parse_find_missing_body(*encoding, *body, core.config().max_digests);
-    // The body is not needed past here: freed before the answer is made.
-    std::string().swap(*body);
-    if (!digests) return send_error(res, digests.error());
-    t_access.digests = digests->size();
-    if (auto ok = core.limiter().admit_digests(who.bucket, digests->size()); !ok) {
-      return send_error(res, ok.error());
-    }
-    const auto answer_start = Clock::now();
-    auto outcome = core.find_missing(*tenant, *digests);
-    t_access.answer_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - answer_start).count();
+    FindMissingRequest request(*this, req, tenant_name, reader);
+    auto outcome =
+        admission.find_missing(req.get_header_value("Authorization"), request, t_access.note);
     if (!outcome) return send_error(res, outcome.error());
-    std::vector<Digest> missing;
-    missing.reserve(outcome->missing.size());
-    for (std::uint32_t i : outcome->missing) missing.push_back((*digests)[i]);
-    t_access.missing = missing.size();
-    t_access.maybes = outcome->counts.maybe;
-    t_access.catalog_version = outcome->catalog_version;
-    t_access.has_version = true;
     res.set_header("X-Abf-Catalog-Version", std::to_string(outcome->catalog_version));
-    res.set_header("X-Abf-Missing-Count", std::to_string(missing.size()));
+    res.set_header("X-Abf-Missing-Count", std::to_string(outcome->missing.size()));
     // Moved into place: set_content would copy the answer (2 MiB for a
     // 64 Ki-digest batch at 99% missing).
-    res.body = encode_missing(*encoding, missing, outcome->catalog_version);
-    res.set_header("Content-Type", std::string(content_type_of(*encoding)));
+    res.body = request.encode(*outcome);
+    res.set_header("Content-Type", std::string(content_type_of(request.encoding())));
   }
+
+  // GET and HEAD /v1/<tenant>/blobs/<digest>'s parser: the tenant and the
+  // one digest from the path.
+  class BlobRequest final : public TenantRequest {
+   public:
+    BlobRequest(const Impl& impl, const httplib::Request& req, std::string_view tenant,
+                std::string_view blob)
+        : impl_(impl), req_(req), tenant_(tenant), blob_(blob) {}
+    RequestResult<std::string_view> tenant() override { return tenant_; }
+    RequestResult<std::span<const Digest>> digests() override {
+      auto digest = parse_blob_digest(blob_);
+      if (!digest) return std::unexpected(digest.error());
+      digest_ = *digest;
+      if (impl_.core.logger().enabled(LogLevel::kDebug)) t_access.route = req_.path;
+      return std::span<const Digest>(&digest_, 1);
+    }
+    const Digest& digest() const noexcept { return digest_; }
+
+   private:
+    const Impl& impl_;
+    const httplib::Request& req_;
+    std::string_view tenant_, blob_;
+    Digest digest_{};
+  };
 
   void blob(const httplib::Request& req, httplib::Response& res, std::string_view tenant_name,
             std::string_view blob_text) {
-    auto admitted = admit(req, tenant_name);
-    if (!admitted) return send_error(res, admitted.error());
-    auto [who, tenant] = *admitted;
-    auto digest = parse_blob_digest(blob_text);
-    if (!digest) return send_error(res, digest.error());
-    if (core.logger().enabled(LogLevel::kDebug)) t_access.route = req.path;
-    t_access.digests = 1;
-    if (auto ok = core.limiter().admit_digests(who.bucket, 1); !ok) {
-      return send_error(res, ok.error());
-    }
-    auto outcome = core.find_missing(*tenant, std::span<const Digest>(&*digest, 1));
+    BlobRequest request(*this, req, tenant_name, blob_text);
+    auto outcome =
+        admission.find_missing(req.get_header_value("Authorization"), request, t_access.note);
+    // Blob lines carry no answer_us (only find-missing's and gRPC's do).
+    t_access.note.answer_us = -1;
     if (!outcome) return send_error(res, outcome.error());
     const bool missing = !outcome->missing.empty();
-    t_access.missing = missing ? 1 : 0;
-    t_access.maybes = outcome->counts.maybe;
-    t_access.catalog_version = outcome->catalog_version;
-    t_access.has_version = true;
     res.status = missing ? 404 : 200;
     res.set_header("X-Abf-Catalog-Version", std::to_string(outcome->catalog_version));
-    res.set_header("Docker-Content-Digest", "sha256:" + digest->hex());
+    res.set_header("Docker-Content-Digest", "sha256:" + request.digest().hex());
     // A body only for GET; HEAD answers carry the headers alone.
-    const nlohmann::ordered_json body = {{"digest", "sha256:" + digest->hex()},
-                                         {"present", !missing},
-                                         {"catalog_version", outcome->catalog_version}};
-    res.set_content(body.dump() + "\n", "application/json");
+    res.set_content(encode_blob_answer(request.digest(), !missing, outcome->catalog_version),
+                    "application/json");
   }
 
   // The access log line, and the request counters, for every response,
@@ -794,21 +801,13 @@ struct HttpFront::Impl {
     Access access = std::move(t_access);
     t_access = Access{};
     const auto elapsed = access.set ? Clock::now() - access.start : Clock::duration::zero();
-    if (access.set) core.observe_latency(access.endpoint, elapsed);
-    core.count_request("http", access.tenant, res.status, access.digests, access.missing);
-    if (!core.logger().enabled(LogLevel::kInfo)) return;
-    nlohmann::ordered_json line = {
-        {"event", "request"},        {"front", "http"},
-        {"method", req.method},      {"path", access.set ? access.route : std::string("-")},
-        {"status", res.status},      {"tenant", access.tenant},
-        {"caller", access.caller},   {"digests", access.digests},
-        {"missing", access.missing}, {"maybes", access.maybes}};
-    if (access.has_version) line["catalog_version"] = access.catalog_version;
-    if (!access.error.empty()) line["error"] = access.error;
-    line["us"] = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
-    if (access.answer_us >= 0) line["answer_us"] = access.answer_us;
-    line["remote"] = req.remote_addr;
-    core.logger().log(LogLevel::kInfo, std::move(line));
+    admission.finish(
+        AccessLine{.front = "http",
+                   .method = req.method,
+                   .path = access.set ? std::string_view(access.route) : std::string_view("-"),
+                   .remote = req.remote_addr,
+                   .endpoint = access.set ? std::optional(access.endpoint) : std::nullopt},
+        res.status, access.note, elapsed);
   }
 
   // A connection the caps refuse: a 503 if it is plain HTTP (best effort,
