@@ -6,13 +6,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -20,17 +18,19 @@
 #include <utility>
 
 #include "abf/io.hpp"
-#include "file_read.hpp"
+#include "binary_format.hpp"
 
 namespace abf {
 
 namespace {
 
+using detail::ByteReader;
+using detail::ByteWriter;
 using detail::Fd;
 using detail::hex64;
-
-static_assert(std::endian::native == std::endian::little,
-              "index integers are little-endian; big-endian hosts need byte swaps here");
+using detail::load_le;
+using detail::store_le;
+using detail::xxh3;
 
 constexpr char kMagic[4] = {'A', 'B', 'F', 'X'};
 constexpr std::size_t kContentFlagsOffset = 12;
@@ -46,25 +46,8 @@ constexpr std::size_t kReserved1Begin = 68;
 constexpr std::size_t kReserved1End = 72;
 constexpr std::size_t kReserved2Begin = 88;
 
-template <class T>
-T load_le(const std::uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-template <class T>
-void store_le(std::uint8_t* p, T value) {
-  std::memcpy(p, &value, sizeof(T));
-}
-
-std::uint64_t xxh3(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
-
 std::uint64_t header_checksum(const std::uint8_t* bytes) {
-  std::uint8_t copy[kIndexHeaderSize];
-  std::memcpy(copy, bytes, kIndexHeaderSize);
-  std::memset(copy + kHeaderChecksumOffset, 0, 8);
-  return xxh3(copy, kIndexHeaderSize);
+  return detail::header_checksum_zeroed<kIndexHeaderSize>(bytes, kHeaderChecksumOffset);
 }
 
 std::uint64_t block_count_of(std::uint64_t digest_count, std::uint32_t block_digests) {
@@ -94,22 +77,20 @@ inline bool less(const Digest& a, const Digest& b) noexcept {
 std::array<std::uint8_t, kIndexHeaderSize> encode_header(const IndexIdentity& identity,
                                                          std::uint64_t digest_count) {
   std::array<std::uint8_t, kIndexHeaderSize> header{};
-  std::uint8_t* p = header.data();
-  std::memcpy(p, kMagic, 4);
-  store_le<std::uint32_t>(p + 4, kIndexFormatVersion);
-  store_le<std::uint32_t>(p + 8, static_cast<std::uint32_t>(kIndexHeaderSize));
-  std::memcpy(p + kCatalogIdOffset, identity.catalog_id.bytes.data(), 16);
-  store_le<std::uint64_t>(p + kCatalogVersionOffset, identity.catalog_version);
+  const ByteWriter p(header);
+  p.put_bytes(0, kMagic, 4);
+  p.put<std::uint32_t>(4, kIndexFormatVersion);
+  p.put<std::uint32_t>(8, static_cast<std::uint32_t>(kIndexHeaderSize));
+  p.put_bytes(kCatalogIdOffset, identity.catalog_id.bytes);
+  p.put<std::uint64_t>(kCatalogVersionOffset, identity.catalog_version);
   if (identity.content_fingerprint) {
-    store_le<std::uint32_t>(p + kContentFlagsOffset, kContentFlagFingerprint);
-    const auto stored = identity.content_fingerprint->bytes();
-    std::memcpy(p + kFingerprintOffset, stored.data(), stored.size());
+    p.put<std::uint32_t>(kContentFlagsOffset, kContentFlagFingerprint);
+    p.put_bytes(kFingerprintOffset, identity.content_fingerprint->bytes());
   }
-  store_le<std::uint64_t>(p + kDigestCountOffset, digest_count);
-  store_le<std::uint32_t>(p + kBlockDigestsOffset, identity.block_digests);
-  store_le<std::uint64_t>(p + kBlockCountOffset,
-                          block_count_of(digest_count, identity.block_digests));
-  store_le<std::uint64_t>(p + kHeaderChecksumOffset, header_checksum(p));
+  p.put<std::uint64_t>(kDigestCountOffset, digest_count);
+  p.put<std::uint32_t>(kBlockDigestsOffset, identity.block_digests);
+  p.put<std::uint64_t>(kBlockCountOffset, block_count_of(digest_count, identity.block_digests));
+  p.put<std::uint64_t>(kHeaderChecksumOffset, header_checksum(p.data()));
   return header;
 }
 
@@ -162,15 +143,12 @@ struct IndexWriter::State {
   std::uint32_t block_digests = 0;
   Digest last{};
   std::vector<std::uint64_t> block_checksums;
-  XXH3_state_t* block_state = nullptr;
+  detail::Xxh3Stream block_state;
   std::uint64_t in_block = 0;
   std::uint64_t header_checksum = 0;
   std::uint64_t table_checksum = 0;
 
   explicit State(AtomicFile f) : file(std::move(f)) {}
-  ~State() {
-    if (block_state != nullptr) XXH3_freeState(block_state);
-  }
 };
 
 IndexWriter::IndexWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -189,8 +167,7 @@ Result<IndexWriter> IndexWriter::create(const std::filesystem::path& path,
   state->block_digests = identity.block_digests;
   state->block_checksums.reserve(
       static_cast<std::size_t>(block_count_of(digest_count, identity.block_digests)));
-  state->block_state = XXH3_createState();
-  if (state->block_state == nullptr || XXH3_64bits_reset(state->block_state) != XXH_OK) {
+  if (!state->block_state.ok()) {
     return fail(ErrorCode::kIo, "index: out of memory for a checksum state");
   }
   const auto header = encode_header(identity, digest_count);
@@ -219,12 +196,12 @@ Result<void> IndexWriter::add(std::span<const Digest> digests) {
   while (done < digests.size()) {
     const std::size_t take = static_cast<std::size_t>(
         std::min<std::uint64_t>(digests.size() - done, s.block_digests - s.in_block));
-    XXH3_64bits_update(s.block_state, bytes + done * Digest::kSize, take * Digest::kSize);
+    s.block_state.update(bytes + done * Digest::kSize, take * Digest::kSize);
     s.in_block += take;
     done += take;
     if (s.in_block == s.block_digests) {
-      s.block_checksums.push_back(XXH3_64bits_digest(s.block_state));
-      XXH3_64bits_reset(s.block_state);
+      s.block_checksums.push_back(s.block_state.digest());
+      s.block_state.reset();
       s.in_block = 0;
     }
   }
@@ -241,7 +218,7 @@ Result<void> IndexWriter::commit() {
                                                  " digests arrived, " + std::to_string(s.expected) +
                                                  " were announced");
   }
-  if (s.in_block != 0) s.block_checksums.push_back(XXH3_64bits_digest(s.block_state));
+  if (s.in_block != 0) s.block_checksums.push_back(s.block_state.digest());
   std::vector<std::uint8_t> table(s.block_checksums.size() * 8 + 8);
   for (std::size_t i = 0; i < s.block_checksums.size(); ++i) {
     store_le<std::uint64_t>(table.data() + 8 * i, s.block_checksums[i]);
@@ -311,18 +288,18 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
   if (std::memcmp(bytes, kMagic, 4) != 0) {
     return error(ErrorCode::kIndexBadMagic, "not an ABFX index (bad magic)");
   }
+  const ByteReader p(bytes, kIndexHeaderSize);
   IndexHeader h;
-  h.format_version = load_le<std::uint32_t>(bytes + 4);
-  h.header_size = load_le<std::uint32_t>(bytes + 8);
-  h.content_flags = load_le<std::uint32_t>(bytes + kContentFlagsOffset);
-  std::memcpy(h.catalog_id.bytes.data(), bytes + kCatalogIdOffset, 16);
-  h.catalog_version = load_le<std::uint64_t>(bytes + kCatalogVersionOffset);
-  h.content_fingerprint_bytes = ContentFingerprint::from_bytes(
-      std::span<const std::uint8_t, 16>(bytes + kFingerprintOffset, 16));
-  h.digest_count = load_le<std::uint64_t>(bytes + kDigestCountOffset);
-  h.block_digests = load_le<std::uint32_t>(bytes + kBlockDigestsOffset);
-  h.block_count = load_le<std::uint64_t>(bytes + kBlockCountOffset);
-  h.header_checksum = load_le<std::uint64_t>(bytes + kHeaderChecksumOffset);
+  h.format_version = p.at<std::uint32_t>(4);
+  h.header_size = p.at<std::uint32_t>(8);
+  h.content_flags = p.at<std::uint32_t>(kContentFlagsOffset);
+  p.copy_at(kCatalogIdOffset, h.catalog_id.bytes);
+  h.catalog_version = p.at<std::uint64_t>(kCatalogVersionOffset);
+  h.content_fingerprint_bytes = ContentFingerprint::from_bytes(p.bytes_at<16>(kFingerprintOffset));
+  h.digest_count = p.at<std::uint64_t>(kDigestCountOffset);
+  h.block_digests = p.at<std::uint32_t>(kBlockDigestsOffset);
+  h.block_count = p.at<std::uint64_t>(kBlockCountOffset);
+  h.header_checksum = p.at<std::uint64_t>(kHeaderChecksumOffset);
   if (h.format_version != kIndexFormatVersion) {
     return error(ErrorCode::kIndexUnsupportedFormat,
                  "format version " + std::to_string(h.format_version) +
@@ -366,7 +343,7 @@ Result<IndexHeader> validate_header(const std::uint8_t* bytes, std::uint64_t fil
   }
   for (std::size_t i = 0; i < kIndexHeaderSize; ++i) {
     const bool reserved = (i >= kReserved1Begin && i < kReserved1End) || i >= kReserved2Begin;
-    if (reserved && bytes[i] != 0) {
+    if (reserved && !p.zero_at(i, 1)) {
       return error(ErrorCode::kIndexInvalidHeader,
                    "reserved header byte " + std::to_string(i) + " is not zero");
     }
