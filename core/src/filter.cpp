@@ -12,6 +12,7 @@
 
 #include "engine.hpp"
 #include "filter_set_internal.hpp"
+#include "header_rules.hpp"
 #include "kernels.hpp"
 #include "parallel.hpp"
 
@@ -24,20 +25,13 @@ namespace {
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 std::string info_problem(const FilterInfo& info) {
-  if (auto fault = describe_layout_fault(info.layout()); !fault.empty()) return fault;
-  if (info.spec.expected_item_count < 1 ||
-      info.spec.expected_item_count > probe::kMaxExpectedItemCount) {
-    return "expected item count " + std::to_string(info.spec.expected_item_count) +
-           " is outside 1..2^30";
-  }
-  if (info.inserted_item_count > info.spec.expected_item_count) {
-    return "inserted item count " + std::to_string(info.inserted_item_count) +
-           " exceeds the expected item count " + std::to_string(info.spec.expected_item_count);
-  }
-  if (!(info.spec.target_fpp > 0.0 && info.spec.target_fpp < 1.0)) {
-    return "target false-positive rate is not in (0, 1)";
-  }
-  return {};
+  detail::HeaderFacts facts;
+  facts.layout = info.layout();
+  facts.expected_item_count = info.spec.expected_item_count;
+  facts.inserted_item_count = info.inserted_item_count;
+  facts.target_fpp = info.spec.target_fpp;
+  const auto fault = detail::check_header(detail::HeaderKind::kFilterInfo, facts);
+  return fault ? fault->problem : std::string();
 }
 
 }  // namespace

@@ -5,13 +5,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -22,17 +19,19 @@
 #include "abf/layout.hpp"
 #include "abf/probe.hpp"
 #include "abf/scheme.hpp"
-#include "file_read.hpp"
+#include "binary_format.hpp"
+#include "header_rules.hpp"
 
 namespace abf {
 
 namespace {
 
+using detail::ByteReader;
+using detail::ByteWriter;
 using detail::Fd;
 using detail::hex64;
-
-static_assert(std::endian::native == std::endian::little,
-              "snapshot integers are little-endian; big-endian hosts need byte swaps here");
+using detail::load_le;
+using detail::xxh3;
 
 constexpr char kMagic[4] = {'A', 'B', 'F', '1'};
 constexpr std::size_t kHeaderChecksumOffset = 72;
@@ -44,54 +43,59 @@ constexpr std::size_t kContentFlagsOffset = 120;
 constexpr std::size_t kReservedOffsetV1 = 80;
 constexpr std::size_t kReservedOffsetV2 = 124;
 
-template <class T>
-T load_le(const std::uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-template <class T>
-void store_le(std::uint8_t* p, T value) {
-  std::memcpy(p, &value, sizeof(T));
-}
-
-std::uint64_t xxh3(std::span<const std::uint8_t> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
-
 // The header fields at their offsets (section 7), unchecked.
 SnapshotHeader decode_fields(const std::uint8_t* bytes) {
+  const ByteReader p(bytes, kSnapshotHeaderSize);
   SnapshotHeader h;
-  h.format_version = load_le<std::uint32_t>(bytes + 4);
-  h.hash_protocol_version = load_le<std::uint32_t>(bytes + 8);
-  h.hash_count = load_le<std::uint32_t>(bytes + 12);
-  h.catalog_version = load_le<std::uint64_t>(bytes + 16);
-  h.bit_count = load_le<std::uint64_t>(bytes + 24);
-  h.expected_item_count = load_le<std::uint64_t>(bytes + 32);
-  h.inserted_item_count = load_le<std::uint64_t>(bytes + 40);
-  h.target_fpp = load_le<double>(bytes + 48);
-  h.payload_length = load_le<std::uint64_t>(bytes + 56);
-  h.payload_checksum = load_le<std::uint64_t>(bytes + 64);
-  h.header_checksum = load_le<std::uint64_t>(bytes + kHeaderChecksumOffset);
+  h.format_version = p.at<std::uint32_t>(4);
+  h.hash_protocol_version = p.at<std::uint32_t>(8);
+  h.hash_count = p.at<std::uint32_t>(12);
+  h.catalog_version = p.at<std::uint64_t>(16);
+  h.bit_count = p.at<std::uint64_t>(24);
+  h.expected_item_count = p.at<std::uint64_t>(32);
+  h.inserted_item_count = p.at<std::uint64_t>(40);
+  h.target_fpp = p.at<double>(48);
+  h.payload_length = p.at<std::uint64_t>(56);
+  h.payload_checksum = p.at<std::uint64_t>(64);
+  h.header_checksum = p.at<std::uint64_t>(kHeaderChecksumOffset);
   if (h.format_version == 2) {
-    std::memcpy(h.catalog_id.bytes.data(), bytes + kCatalogIdOffset, h.catalog_id.bytes.size());
-    std::memcpy(h.key_fingerprint.bytes.data(), bytes + kKeyFingerprintOffset,
-                h.key_fingerprint.bytes.size());
-    h.content_fingerprint_bytes = ContentFingerprint::from_bytes(
-        std::span<const std::uint8_t, 16>(bytes + kContentFingerprintOffset, 16));
-    h.content_flags = load_le<std::uint32_t>(bytes + kContentFlagsOffset);
+    p.copy_at(kCatalogIdOffset, h.catalog_id.bytes);
+    p.copy_at(kKeyFingerprintOffset, h.key_fingerprint.bytes);
+    h.content_fingerprint_bytes =
+        ContentFingerprint::from_bytes(p.bytes_at<16>(kContentFingerprintOffset));
+    h.content_flags = p.at<std::uint32_t>(kContentFlagsOffset);
   }
   return h;
 }
 
 // The header checksum of format `version` over the 128 header bytes.
 std::uint64_t header_checksum(const std::uint8_t* bytes, std::uint32_t version) {
-  if (version == 1) return xxh3({bytes, kHeaderChecksumOffset});
-  std::uint8_t copy[kSnapshotHeaderSize];
-  std::memcpy(copy, bytes, kSnapshotHeaderSize);
-  std::memset(copy + kHeaderChecksumOffset, 0, 8);
-  return xxh3({copy, kSnapshotHeaderSize});
+  if (version == 1) return xxh3(bytes, kHeaderChecksumOffset);
+  return detail::header_checksum_zeroed<kSnapshotHeaderSize>(bytes, kHeaderChecksumOffset);
+}
+
+// Each header rule's error code (section 7).
+ErrorCode code_of(detail::HeaderRule rule) {
+  switch (rule) {
+    case detail::HeaderRule::kProtocol:
+      return ErrorCode::kSnapshotUnsupportedHashProtocol;
+    case detail::HeaderRule::kKeyFingerprint:
+      return ErrorCode::kSnapshotBadKeyFingerprint;
+    case detail::HeaderRule::kHashCount:
+      return ErrorCode::kSnapshotBadHashCount;
+    case detail::HeaderRule::kBitCount:
+      return ErrorCode::kSnapshotBadBitCount;
+    case detail::HeaderRule::kExpectedItemCount:
+      return ErrorCode::kSnapshotBadExpectedItemCount;
+    case detail::HeaderRule::kInsertedItemCount:
+      return ErrorCode::kSnapshotBadInsertedItemCount;
+    case detail::HeaderRule::kTargetFpp:
+      return ErrorCode::kSnapshotBadTargetFpp;
+    case detail::HeaderRule::kShardSplit:
+    case detail::HeaderRule::kLayoutChoice:
+      break;
+  }
+  return ErrorCode::kSnapshotLayoutMismatch;
 }
 
 // Checks the 128 header bytes against every rule, in order. `file_size` is
@@ -122,56 +126,16 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
                                                          hex64(h.header_checksum) + ", computed " +
                                                          hex64(actual) + ")");
   }
-  const bool known_protocol =
-      h.hash_protocol_version == probe::kProtocolUnkeyed ||
-      (h.format_version == 2 && h.hash_protocol_version == probe::kProtocolKeyed);
-  if (!known_protocol) {
-    return error(ErrorCode::kSnapshotUnsupportedHashProtocol,
-                 "hash protocol version " + std::to_string(h.hash_protocol_version) +
-                     " is not supported in format version " + std::to_string(h.format_version) +
-                     (h.format_version == 1 ? " (which has protocol 1 only)"
-                                            : " (this build implements protocols 1 and 2)"));
-  }
-  if (h.hash_protocol_version == probe::kProtocolUnkeyed && !h.key_fingerprint.is_zero()) {
-    return error(ErrorCode::kSnapshotBadKeyFingerprint,
-                 "an unkeyed (protocol 1) snapshot carries a key fingerprint " +
-                     h.key_fingerprint.hex() + "; it must be zero");
-  }
-  const Layout layout{h.bit_count, h.hash_count};
-  if (check_layout(layout) == LayoutFault::kHashCount) {
-    return error(ErrorCode::kSnapshotBadHashCount, describe_layout_fault(layout));
-  }
-  if (check_layout(layout) == LayoutFault::kBitCount) {
-    return error(ErrorCode::kSnapshotBadBitCount, describe_layout_fault(layout));
-  }
-  if (h.expected_item_count < 1 || h.expected_item_count > probe::kMaxExpectedItemCount) {
-    return error(
-        ErrorCode::kSnapshotBadExpectedItemCount,
-        "expected item count " + std::to_string(h.expected_item_count) + " is outside 1..2^30");
-  }
-  if (h.inserted_item_count > h.expected_item_count) {
-    return error(ErrorCode::kSnapshotBadInsertedItemCount,
-                 "inserted item count " + std::to_string(h.inserted_item_count) +
-                     " exceeds the expected item count " + std::to_string(h.expected_item_count));
-  }
-  if (!(h.target_fpp > 0.0 && h.target_fpp < 1.0)) {
-    return error(
-        ErrorCode::kSnapshotBadTargetFpp,
-        "target false-positive rate " + std::to_string(h.target_fpp) + " is not in (0, 1)");
-  }
-  // The layout must be the one section 3 chooses: a hashCount changed (and
-  // checksums recomputed) would otherwise make members answer Definitely Not.
-  if (auto chosen = choose_layout({h.expected_item_count, h.target_fpp});
-      !chosen || *chosen != layout) {
-    char fpp[32];
-    std::snprintf(fpp, sizeof fpp, "%.17g", h.target_fpp);
-    return error(ErrorCode::kSnapshotLayoutMismatch,
-                 "bit count " + std::to_string(h.bit_count) + " and hash count " +
-                     std::to_string(h.hash_count) + " are not the layout of n = " +
-                     std::to_string(h.expected_item_count) + ", p = " + fpp +
-                     (chosen ? " (m = " + std::to_string(chosen->bit_count) +
-                                   ", k = " + std::to_string(chosen->hash_count) + ")"
-                             : " (" + chosen.error().message + ")"));
+  detail::HeaderFacts facts;
+  facts.format_version = h.format_version;
+  facts.hash_protocol_version = h.hash_protocol_version;
+  facts.key_fingerprint = h.key_fingerprint;
+  facts.layout = Layout{h.bit_count, h.hash_count};
+  facts.expected_item_count = h.expected_item_count;
+  facts.inserted_item_count = h.inserted_item_count;
+  facts.target_fpp = h.target_fpp;
+  if (auto fault = detail::check_header(detail::HeaderKind::kSnapshot, facts)) {
+    return error(code_of(fault->rule), fault->problem);
   }
   if (h.payload_length != h.bit_count / 8) {
     return error(ErrorCode::kSnapshotBadPayloadLength,
@@ -191,9 +155,10 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
                        " is stored but content flags bit 0 (fingerprint present) is clear");
     }
   }
+  const ByteReader p(bytes, kSnapshotHeaderSize);
   for (std::size_t i = h.format_version == 1 ? kReservedOffsetV1 : kReservedOffsetV2;
        i < kSnapshotHeaderSize; ++i) {
-    if (bytes[i] != 0) {
+    if (!p.zero_at(i, 1)) {
       return error(ErrorCode::kSnapshotReservedNotZero,
                    "reserved header byte " + std::to_string(i) + " is not zero");
     }
@@ -232,7 +197,7 @@ std::uint64_t popcount_of(const std::uint8_t* bytes, std::size_t size) {
 
 Result<void> check_payload(const SnapshotHeader& h, const std::uint8_t* payload,
                            const std::string& where) {
-  if (const auto actual = xxh3({payload, h.payload_length}); actual != h.payload_checksum) {
+  if (const auto actual = xxh3(payload, h.payload_length); actual != h.payload_checksum) {
     return fail(ErrorCode::kSnapshotPayloadChecksum,
                 where + ": payload checksum mismatch (stored " + hex64(h.payload_checksum) +
                     ", computed " + hex64(actual) + ")");
@@ -259,26 +224,25 @@ Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, std::uint64
 
 std::vector<std::uint8_t> encode_snapshot_header(const Filter& filter) {
   std::vector<std::uint8_t> header(kSnapshotHeaderSize, 0);
-  std::uint8_t* p = header.data();
-  std::memcpy(p, kMagic, 4);
-  store_le<std::uint32_t>(p + 4, kSnapshotFormatVersion);
-  store_le<std::uint32_t>(p + 8, filter.hash_protocol_version());
-  store_le<std::uint32_t>(p + 12, filter.hash_count());
-  store_le<std::uint64_t>(p + 16, filter.catalog_version());
-  store_le<std::uint64_t>(p + 24, filter.bit_count());
-  store_le<std::uint64_t>(p + 32, filter.expected_item_count());
-  store_le<std::uint64_t>(p + 40, filter.inserted_item_count());
-  store_le<double>(p + 48, filter.target_fpp());
-  store_le<std::uint64_t>(p + 56, filter.bit_count() / 8);
-  store_le<std::uint64_t>(p + 64, xxh3(filter.payload()));
-  std::memcpy(p + kCatalogIdOffset, filter.catalog_id().bytes.data(), 16);
-  std::memcpy(p + kKeyFingerprintOffset, filter.scheme().key_fingerprint().bytes.data(), 8);
+  const ByteWriter p(header);
+  p.put_bytes(0, kMagic, 4);
+  p.put<std::uint32_t>(4, kSnapshotFormatVersion);
+  p.put<std::uint32_t>(8, filter.hash_protocol_version());
+  p.put<std::uint32_t>(12, filter.hash_count());
+  p.put<std::uint64_t>(16, filter.catalog_version());
+  p.put<std::uint64_t>(24, filter.bit_count());
+  p.put<std::uint64_t>(32, filter.expected_item_count());
+  p.put<std::uint64_t>(40, filter.inserted_item_count());
+  p.put<double>(48, filter.target_fpp());
+  p.put<std::uint64_t>(56, filter.bit_count() / 8);
+  p.put<std::uint64_t>(64, xxh3(filter.payload()));
+  p.put_bytes(kCatalogIdOffset, filter.catalog_id().bytes);
+  p.put_bytes(kKeyFingerprintOffset, filter.scheme().key_fingerprint().bytes);
   if (const auto& fingerprint = filter.content_fingerprint()) {
-    const auto stored = fingerprint->bytes();
-    std::memcpy(p + kContentFingerprintOffset, stored.data(), stored.size());
-    store_le<std::uint32_t>(p + kContentFlagsOffset, kContentFlagFingerprint);
+    p.put_bytes(kContentFingerprintOffset, fingerprint->bytes());
+    p.put<std::uint32_t>(kContentFlagsOffset, kContentFlagFingerprint);
   }
-  store_le<std::uint64_t>(p + kHeaderChecksumOffset, header_checksum(p, kSnapshotFormatVersion));
+  p.put<std::uint64_t>(kHeaderChecksumOffset, header_checksum(p.data(), kSnapshotFormatVersion));
   return header;
 }
 
@@ -443,9 +407,8 @@ Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
   auto file = open_snapshot_file(path, where);
   if (!file) return std::unexpected(file.error());
   const SnapshotHeader& h = file->header;
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) {
+  detail::Xxh3Stream checksum;
+  if (!checksum.ok()) {
     return fail(ErrorCode::kIo, where + ": out of memory for the payload checksum");
   }
   std::vector<std::uint8_t> piece(std::min<std::uint64_t>(h.payload_length, 1u << 20));
@@ -457,11 +420,11 @@ Result<SnapshotHeader> read_snapshot_header(const std::filesystem::path& path) {
         !ok) {
       return std::unexpected(ok.error());
     }
-    XXH3_64bits_update(state.get(), piece.data(), size);
+    checksum.update(piece.data(), size);
     popcount += popcount_of(piece.data(), size);
     done += size;
   }
-  if (const auto actual = XXH3_64bits_digest(state.get()); actual != h.payload_checksum) {
+  if (const auto actual = checksum.digest(); actual != h.payload_checksum) {
     return fail(ErrorCode::kSnapshotPayloadChecksum,
                 where + ": payload checksum mismatch (stored " + hex64(h.payload_checksum) +
                     ", computed " + hex64(actual) + ")");
