@@ -5,39 +5,33 @@
 // starts over) and batched lookups routed by shard.
 #include "abf/index_set.hpp"
 
-#include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <memory>
-#include <set>
+#include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "abf/io.hpp"
-#include "file_read.hpp"
+#include "binary_format.hpp"
 #include "filter_set_internal.hpp"
+#include "manifest_io.hpp"
 
 namespace abf {
 
 namespace {
 
-using detail::Fd;
+using detail::ByteReader;
+using detail::ByteWriter;
 using detail::hex64;
-using detail::plain_hex16;
+using detail::ManifestFormat;
 
-static_assert(std::endian::native == std::endian::little,
-              "manifest integers are little-endian; big-endian hosts need byte swaps here");
+static_assert(kIndexSetHeaderSize == detail::kManifestHeaderSize);
+static_assert(kIndexSetEntrySize == detail::kManifestEntrySize);
 
-constexpr char kMagic[4] = {'A', 'B', 'X', 'S'};
 constexpr std::size_t kShardCountOffset = 8;
 constexpr std::size_t kContentFlagsOffset = 12;
 constexpr std::size_t kCatalogIdOffset = 16;
@@ -49,151 +43,27 @@ constexpr std::size_t kBodyChecksumOffset = 72;
 constexpr std::size_t kHeaderChecksumOffset = 80;  // where ABFX keeps its own
 constexpr std::size_t kBuildIdOffset = 88;
 constexpr std::size_t kReservedBegin = 96;
-constexpr std::size_t kMaxNameLength = 255;  // NAME_MAX
-constexpr std::uint64_t kMaxBodyLength =
-    std::uint64_t{kIndexSetMaxShardCount} * (kIndexSetEntrySize + kMaxNameLength);
-constexpr std::uint64_t kMaxManifestBytes = kIndexSetHeaderSize + kMaxBodyLength;
-// ".<16 hex>.<5 digits>.abfx" after the manifest's name.
-constexpr std::string_view kShardExtension = ".abfx";
-constexpr std::size_t kShardSuffixLength = 1 + 16 + 1 + 5 + kShardExtension.size();
-constexpr int kMaxLoadAttempts = 8;
+
+constexpr ManifestFormat kFormat{
+    .magic = "ABXS",
+    .noun = "index-set manifest",
+    .a_noun = "an index-set manifest",
+    .set_noun = "an index set",
+    .write_verb = "write",
+    .shard_noun = "index",
+    .extension = ".abfx",
+    .header_checksum_offset = kHeaderChecksumOffset,
+    .body_length_offset = kBodyLengthOffset,
+    .body_checksum_offset = kBodyChecksumOffset,
+    .max_body_length =
+        std::uint64_t{kIndexSetMaxShardCount} * (kIndexSetEntrySize + detail::kMaxShardNameLength),
+    .truncated = ErrorCode::kIndexSetManifestTruncated,
+    .checksum = ErrorCode::kIndexSetManifestChecksum,
+    .invalid = ErrorCode::kIndexSetManifestInvalid,
+    .shard_missing = ErrorCode::kIndexSetShardMissing,
+};
 
 std::atomic<std::uint64_t> load_restarts{0};
-
-template <class T>
-T load_le(const std::uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-template <class T>
-void store_le(std::uint8_t* p, T value) {
-  std::memcpy(p, &value, sizeof(T));
-}
-
-std::uint64_t header_checksum(const std::uint8_t* header) {
-  std::uint8_t copy[kIndexSetHeaderSize];
-  std::memcpy(copy, header, kIndexSetHeaderSize);
-  std::memset(copy + kHeaderChecksumOffset, 0, 8);
-  return XXH3_64bits(copy, kIndexSetHeaderSize);
-}
-
-std::string shard_file_name(const std::string& base, std::uint64_t build_id, std::uint32_t i) {
-  char index[16];
-  std::snprintf(index, sizeof index, "%05u", i);
-  return base + "." + plain_hex16(build_id) + "." + index + std::string(kShardExtension);
-}
-
-std::string name_problem(std::string_view name) {
-  if (name.empty() || name.size() > kMaxNameLength) return "is not 1..255 bytes long";
-  if (name == "." || name == "..") return "is not a file name";
-  if (name.find('/') != std::string_view::npos)
-    return "holds a '/' (a shard is in the manifest's folder)";
-  if (name.find('\0') != std::string_view::npos) return "holds a NUL byte";
-  return {};
-}
-
-// The suffix ".<16 lower-case hex>.<5 digits>.abfx", parsed: the build id's
-// text and the number. Empty optional for a name of any other form.
-struct SaveSuffix {
-  std::string_view build_id;
-  std::uint32_t number = 0;
-};
-std::optional<SaveSuffix> save_suffix(std::string_view name) {
-  if (name.size() <= kShardSuffixLength) return std::nullopt;
-  const std::string_view rest = name.substr(name.size() - kShardSuffixLength);
-  if (rest[0] != '.' || rest[17] != '.' || !rest.ends_with(kShardExtension)) return std::nullopt;
-  for (std::size_t i = 1; i <= 16; ++i) {
-    const char c = rest[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
-  }
-  SaveSuffix suffix{rest.substr(1, 16), 0};
-  for (std::size_t i = 18; i < 23; ++i) {
-    if (rest[i] < '0' || rest[i] > '9') return std::nullopt;
-    suffix.number = suffix.number * 10 + static_cast<std::uint32_t>(rest[i] - '0');
-  }
-  return suffix;
-}
-
-// The names write_index_set gives, and the only ones it ever removes.
-bool is_shard_name_of(std::string_view name, std::string_view base) {
-  return name.size() == base.size() + kShardSuffixLength && name.starts_with(base) &&
-         save_suffix(name).has_value();
-}
-
-// A name a write gave (this manifest's buildId in its suffix) carries its
-// shard index: it must be the entry's own, else entries reordered after the
-// write would send digests to another shard's index, whose "absent" is
-// wrong for them.
-std::string shard_number_problem(std::string_view name, std::uint32_t index,
-                                 std::uint64_t build_id) {
-  const auto suffix = save_suffix(name);
-  if (!suffix || suffix->build_id != plain_hex16(build_id) || suffix->number == index) return {};
-  return "file name " + std::string(name) + " is that of shard " + std::to_string(suffix->number) +
-         " of this write, not of shard " + std::to_string(index) +
-         " (entries reordered?): its digests would be asked of the wrong index";
-}
-
-Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, const std::string& where) {
-  return detail::read_exact(fd, out, size, 0, where, ErrorCode::kIndexSetManifestTruncated);
-}
-
-bool has_magic(const std::vector<std::uint8_t>& bytes) {
-  return bytes.size() >= 4 && std::memcmp(bytes.data(), kMagic, 4) == 0;
-}
-
-// The manifest's bytes (a regular file, at most kMaxManifestBytes); a file
-// without the magic comes back as its first (at most 128) bytes.
-Result<std::vector<std::uint8_t>> read_manifest_bytes(const std::filesystem::path& path) {
-  const std::string where = path.string();
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
-    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return fail(ErrorCode::kIo, where + ": not a regular file, so not an index-set manifest");
-  }
-  const auto size = static_cast<std::uint64_t>(info.st_size);
-  std::vector<std::uint8_t> bytes(
-      static_cast<std::size_t>(std::min<std::uint64_t>(size, kIndexSetHeaderSize)));
-  if (auto ok = read_exact(fd.get(), bytes.data(), bytes.size(), where); !ok) {
-    return std::unexpected(ok.error());
-  }
-  if (!has_magic(bytes)) return bytes;
-  if (size > kMaxManifestBytes) {
-    return fail(ErrorCode::kIndexSetManifestInvalid,
-                where + ": file is " + std::to_string(size) +
-                    " bytes, more than any manifest can be (" + std::to_string(kMaxManifestBytes) +
-                    ")");
-  }
-  bytes.resize(static_cast<std::size_t>(size));
-  if (auto ok = read_exact(fd.get(), bytes.data(), bytes.size(), where); !ok) {
-    return std::unexpected(ok.error());
-  }
-  return bytes;
-}
-
-std::filesystem::path folder_of(const std::filesystem::path& manifest) {
-  std::error_code ec;
-  std::filesystem::path real = std::filesystem::weakly_canonical(manifest, ec);
-  if (ec) real = manifest;
-  return real.parent_path();
-}
-
-Result<std::uint64_t> random_build_id() {
-  for (;;) {
-    std::uint64_t id = 0;
-    const ssize_t got = ::getrandom(&id, sizeof id, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got != static_cast<ssize_t>(sizeof id)) {
-      return fail(ErrorCode::kIo, std::string("getrandom failed: ") + std::strerror(errno));
-    }
-    if (id != 0) return id;
-  }
-}
 
 }  // namespace
 
@@ -206,97 +76,65 @@ std::vector<std::uint8_t> encode_index_set_manifest(const IndexSetManifest& mani
   for (const auto& entry : manifest.shards) names += entry.file.size();
   const std::size_t body = shard_count * kIndexSetEntrySize + names;
   std::vector<std::uint8_t> bytes(kIndexSetHeaderSize + body, 0);
-  std::uint8_t* p = bytes.data();
-  std::memcpy(p, kMagic, 4);
-  store_le<std::uint32_t>(p + 4, kIndexSetFormatVersion);
-  store_le<std::uint32_t>(p + kShardCountOffset, static_cast<std::uint32_t>(shard_count));
-  std::memcpy(p + kCatalogIdOffset, manifest.catalog_id.bytes.data(), 16);
-  store_le<std::uint64_t>(p + kCatalogVersionOffset, manifest.catalog_version);
+  const ByteWriter p(bytes);
+  p.put_bytes(0, kFormat.magic, 4);
+  p.put<std::uint32_t>(4, kIndexSetFormatVersion);
+  p.put<std::uint32_t>(kShardCountOffset, static_cast<std::uint32_t>(shard_count));
+  p.put_bytes(kCatalogIdOffset, manifest.catalog_id.bytes);
+  p.put<std::uint64_t>(kCatalogVersionOffset, manifest.catalog_version);
   if (const auto fingerprint = manifest.content_fingerprint()) {
-    store_le<std::uint32_t>(p + kContentFlagsOffset, kContentFlagFingerprint);
-    const auto stored = fingerprint->bytes();
-    std::memcpy(p + kFingerprintOffset, stored.data(), stored.size());
+    p.put<std::uint32_t>(kContentFlagsOffset, kContentFlagFingerprint);
+    p.put_bytes(kFingerprintOffset, fingerprint->bytes());
   }
-  store_le<std::uint64_t>(p + kDigestCountOffset, manifest.digest_count);
-  store_le<std::uint64_t>(p + kBodyLengthOffset, body);
-  store_le<std::uint64_t>(p + kBuildIdOffset, manifest.build_id);
-  std::uint8_t* entry = p + kIndexSetHeaderSize;
-  std::uint8_t* name = entry + shard_count * kIndexSetEntrySize;
+  p.put<std::uint64_t>(kDigestCountOffset, manifest.digest_count);
+  p.put<std::uint64_t>(kBodyLengthOffset, body);
+  p.put<std::uint64_t>(kBuildIdOffset, manifest.build_id);
+  std::size_t entry = kIndexSetHeaderSize;
+  std::size_t name = entry + shard_count * kIndexSetEntrySize;
   for (const auto& shard : manifest.shards) {
-    store_le<std::uint64_t>(entry, shard.digest_count);
-    store_le<std::uint64_t>(entry + 8, shard.header_checksum);
-    store_le<std::uint64_t>(entry + 16, shard.table_checksum);
-    store_le<std::uint32_t>(entry + 24, static_cast<std::uint32_t>(shard.file.size()));
-    std::memcpy(name, shard.file.data(), shard.file.size());
+    p.put<std::uint64_t>(entry, shard.digest_count);
+    p.put<std::uint64_t>(entry + 8, shard.header_checksum);
+    p.put<std::uint64_t>(entry + 16, shard.table_checksum);
+    p.put<std::uint32_t>(entry + 24, static_cast<std::uint32_t>(shard.file.size()));
+    p.put_bytes(name, shard.file.data(), shard.file.size());
     entry += kIndexSetEntrySize;
     name += shard.file.size();
   }
-  store_le<std::uint64_t>(p + kBodyChecksumOffset, XXH3_64bits(p + kIndexSetHeaderSize, body));
-  store_le<std::uint64_t>(p + kHeaderChecksumOffset, header_checksum(p));
+  p.put<std::uint64_t>(kBodyChecksumOffset, detail::xxh3(p.data() + kIndexSetHeaderSize, body));
+  p.put<std::uint64_t>(kHeaderChecksumOffset, detail::header_checksum_zeroed<kIndexSetHeaderSize>(
+                                                  p.data(), kHeaderChecksumOffset));
   return bytes;
 }
 
 Result<IndexSetManifest> parse_index_set_manifest(std::span<const std::uint8_t> bytes,
                                                   const std::string& where) {
-  const auto error = [&](ErrorCode code, const std::string& what) {
-    return fail(code, where + ": " + what);
-  };
   const auto invalid = [&](const std::string& what) {
-    return error(ErrorCode::kIndexSetManifestInvalid, what);
+    return fail(ErrorCode::kIndexSetManifestInvalid, where + ": " + what);
   };
-  const std::uint64_t size = bytes.size();
-  if (size < kIndexSetHeaderSize) {
-    return error(ErrorCode::kIndexSetManifestTruncated,
-                 "file is " + std::to_string(size) +
-                     " bytes, shorter than the 128-byte ABXS manifest header");
+  if (auto ok = detail::check_manifest_start(kFormat, bytes, where); !ok) {
+    return std::unexpected(ok.error());
   }
-  const std::uint8_t* p = bytes.data();
-  if (std::memcmp(p, kMagic, 4) != 0) return invalid("not an ABXS index-set manifest (bad magic)");
+  const ByteReader p(bytes);
   IndexSetManifest m;
-  m.format_version = load_le<std::uint32_t>(p + 4);
+  m.format_version = p.at<std::uint32_t>(4);
   if (m.format_version != kIndexSetFormatVersion) {
-    return error(ErrorCode::kIndexSetManifestUnsupportedFormat,
-                 "manifest format version " + std::to_string(m.format_version) +
-                     " is not supported (this build reads version 1)");
+    return fail(ErrorCode::kIndexSetManifestUnsupportedFormat,
+                where + ": manifest format version " + std::to_string(m.format_version) +
+                    " is not supported (this build reads version 1)");
   }
-  m.header_checksum = load_le<std::uint64_t>(p + kHeaderChecksumOffset);
-  if (const auto actual = header_checksum(p); actual != m.header_checksum) {
-    return error(ErrorCode::kIndexSetManifestChecksum,
-                 "manifest header checksum mismatch (stored " + hex64(m.header_checksum) +
-                     ", computed " + hex64(actual) + ")");
-  }
-  const auto body_length = load_le<std::uint64_t>(p + kBodyLengthOffset);
-  if (body_length > kMaxBodyLength) {
-    return invalid("body length " + std::to_string(body_length) + " is more than any manifest's (" +
-                   std::to_string(kMaxBodyLength) + ")");
-  }
-  const std::uint64_t expected_size = kIndexSetHeaderSize + body_length;
-  if (size < expected_size) {
-    return error(ErrorCode::kIndexSetManifestTruncated,
-                 "file is " + std::to_string(size) + " bytes, the manifest header promises " +
-                     std::to_string(expected_size));
-  }
-  if (size > expected_size) {
-    return invalid("file is " + std::to_string(size) + " bytes, " +
-                   std::to_string(size - expected_size) +
-                   " more than the manifest header promises");
-  }
-  const std::uint8_t* body = p + kIndexSetHeaderSize;
-  m.body_checksum = load_le<std::uint64_t>(p + kBodyChecksumOffset);
-  if (const auto actual = XXH3_64bits(body, body_length); actual != m.body_checksum) {
-    return error(ErrorCode::kIndexSetManifestChecksum,
-                 "manifest body checksum mismatch (stored " + hex64(m.body_checksum) +
-                     ", computed " + hex64(actual) + ")");
-  }
+  auto frame = detail::check_manifest_frame(kFormat, bytes, where);
+  if (!frame) return std::unexpected(frame.error());
+  m.header_checksum = frame->header_checksum;
+  m.body_checksum = frame->body_checksum;
+  const ByteReader body = frame->body;
 
-  const auto shard_count = load_le<std::uint32_t>(p + kShardCountOffset);
-  m.content_flags = load_le<std::uint32_t>(p + kContentFlagsOffset);
-  std::memcpy(m.catalog_id.bytes.data(), p + kCatalogIdOffset, 16);
-  m.catalog_version = load_le<std::uint64_t>(p + kCatalogVersionOffset);
-  m.content_fingerprint_bytes = ContentFingerprint::from_bytes(
-      std::span<const std::uint8_t, 16>(p + kFingerprintOffset, 16));
-  m.digest_count = load_le<std::uint64_t>(p + kDigestCountOffset);
-  m.build_id = load_le<std::uint64_t>(p + kBuildIdOffset);
+  const auto shard_count = p.at<std::uint32_t>(kShardCountOffset);
+  m.content_flags = p.at<std::uint32_t>(kContentFlagsOffset);
+  p.copy_at(kCatalogIdOffset, m.catalog_id.bytes);
+  m.catalog_version = p.at<std::uint64_t>(kCatalogVersionOffset);
+  m.content_fingerprint_bytes = ContentFingerprint::from_bytes(p.bytes_at<16>(kFingerprintOffset));
+  m.digest_count = p.at<std::uint64_t>(kDigestCountOffset);
+  m.build_id = p.at<std::uint64_t>(kBuildIdOffset);
   if (shard_count < 1 || shard_count > kIndexSetMaxShardCount) {
     return invalid("shard count " + std::to_string(shard_count) + " is outside 1..65,536");
   }
@@ -313,80 +151,48 @@ Result<IndexSetManifest> parse_index_set_manifest(std::span<const std::uint8_t> 
     return invalid("digest count " + std::to_string(m.digest_count) + " exceeds 2^40");
   }
   for (std::size_t i = kReservedBegin; i < kIndexSetHeaderSize; ++i) {
-    if (p[i] != 0) return invalid("reserved header byte " + std::to_string(i) + " is not zero");
+    if (!p.zero_at(i, 1)) {
+      return invalid("reserved header byte " + std::to_string(i) + " is not zero");
+    }
   }
-  if (body_length < std::uint64_t{shard_count} * kIndexSetEntrySize) {
-    return invalid("body of " + std::to_string(body_length) + " bytes cannot hold " +
-                   std::to_string(shard_count) + " shard entries of 32 bytes");
-  }
-  const std::uint64_t names_length = body_length - std::uint64_t{shard_count} * kIndexSetEntrySize;
-  const std::uint8_t* names = body + std::size_t{shard_count} * kIndexSetEntrySize;
-  std::uint64_t name_offset = 0;
+  // Entry fields: digestCount, headerChecksum, tableChecksum.
+  auto entries = detail::parse_manifest_entries(
+      kFormat, body, shard_count, body.size(), m.build_id,
+      [&](const detail::ManifestEntry& e) -> std::string {
+        if (e.field[0] <= m.digest_count) return {};
+        return "digest count " + std::to_string(e.field[0]) + " exceeds the set's " +
+               std::to_string(m.digest_count);
+      },
+      where);
+  if (!entries) return std::unexpected(entries.error());
   std::uint64_t digests = 0;
+  std::vector<std::string_view> files;
   m.shards.resize(shard_count);
   for (std::uint32_t i = 0; i < shard_count; ++i) {
-    const std::uint8_t* e = body + std::size_t{i} * kIndexSetEntrySize;
-    const std::string entry = "shard entry " + std::to_string(i);
+    detail::ManifestEntry& e = (*entries)[i];
     IndexSetEntry& shard = m.shards[i];
-    shard.digest_count = load_le<std::uint64_t>(e);
-    shard.header_checksum = load_le<std::uint64_t>(e + 8);
-    shard.table_checksum = load_le<std::uint64_t>(e + 16);
-    const auto name_length = load_le<std::uint32_t>(e + 24);
-    if (load_le<std::uint32_t>(e + 28) != 0) {
-      return invalid(entry + ": reserved bytes are not zero");
-    }
-    if (shard.digest_count > m.digest_count) {
-      return invalid(entry + ": digest count " + std::to_string(shard.digest_count) +
-                     " exceeds the set's " + std::to_string(m.digest_count));
-    }
-    if (name_length < 1 || name_length > kMaxNameLength) {
-      return invalid(entry + ": name length " + std::to_string(name_length) + " is outside 1..255");
-    }
-    if (name_offset + name_length > names_length) {
-      return invalid(entry + ": its name runs past the end of the manifest");
-    }
-    shard.file.assign(reinterpret_cast<const char*>(names + name_offset), name_length);
-    name_offset += name_length;
-    if (auto problem = name_problem(shard.file); !problem.empty()) {
-      return invalid(entry + ": file name " + problem);
-    }
-    if (auto problem = shard_number_problem(shard.file, i, m.build_id); !problem.empty()) {
-      return invalid(entry + ": " + problem);
-    }
+    shard.digest_count = e.field[0];
+    shard.header_checksum = e.field[1];
+    shard.table_checksum = e.field[2];
+    shard.file = std::move(e.file);
     digests += shard.digest_count;  // each <= 2^40: no overflow over 2^16 entries
-  }
-  if (name_offset != names_length) {
-    return invalid(std::to_string(names_length - name_offset) +
-                   " bytes after the last shard's name");
+    files.push_back(shard.file);
   }
   if (digests != m.digest_count) {
     return invalid("the shards' digest counts sum to " + std::to_string(digests) +
                    ", not the manifest's " + std::to_string(m.digest_count));
   }
-  std::set<std::string_view> seen;
-  for (std::uint32_t i = 0; i < shard_count; ++i) {
-    if (!seen.insert(m.shards[i].file).second) {
-      return invalid("shard entry " + std::to_string(i) + " names " + m.shards[i].file +
-                     ", as an earlier shard does");
-    }
+  if (auto ok = detail::check_distinct_names(kFormat, files, where); !ok) {
+    return std::unexpected(ok.error());
   }
   return m;
 }
 
 Result<IndexFileKind> index_file_kind(const std::filesystem::path& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) {
-    return fail(ErrorCode::kIo, path.string() + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size < 4) {
-    return IndexFileKind::kIndex;  // Index::load says what is wrong
-  }
-  std::uint8_t magic[4] = {};
-  if (auto ok = read_exact(fd.get(), magic, 4, path.string()); !ok) {
-    return std::unexpected(ok.error());
-  }
-  return std::memcmp(magic, kMagic, 4) == 0 ? IndexFileKind::kManifest : IndexFileKind::kIndex;
+  // Anything but a manifest is an index: Index::load says what is wrong.
+  auto manifest = detail::is_manifest_file(kFormat, path);
+  if (!manifest) return std::unexpected(manifest.error());
+  return *manifest ? IndexFileKind::kManifest : IndexFileKind::kIndex;
 }
 
 // ---------------------------------------------------------------------------
@@ -448,23 +254,11 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
   if (options.build_id && *options.build_id == 0) {
     return fail(ErrorCode::kInvalidArgument, where + ": a build id must not be zero");
   }
-  std::error_code ec;
-  std::filesystem::path target = std::filesystem::weakly_canonical(path, ec);
-  if (ec) target = path;
-  const auto status = std::filesystem::status(target, ec);
-  const bool exists = !ec && std::filesystem::exists(status);
-  if (exists && !std::filesystem::is_regular_file(status)) {
-    return fail(ErrorCode::kIo,
-                where + ": is not a regular file; an index set's manifest must be one");
-  }
-  const std::filesystem::path folder = target.parent_path();
-  const std::string base = target.filename().string();
-  if (base.size() + kShardSuffixLength > kMaxNameLength) {
-    return fail(ErrorCode::kInvalidArgument,
-                where + ": a manifest name of " + std::to_string(base.size()) +
-                    " bytes leaves no room for its shards' names (at most " +
-                    std::to_string(kMaxNameLength - kShardSuffixLength) + ")");
-  }
+  auto resolved = detail::resolve_manifest_target(kFormat, path, where);
+  if (!resolved) return std::unexpected(resolved.error());
+  const detail::ManifestTarget& target = *resolved;
+  const std::filesystem::path& folder = target.folder;
+  const std::string& base = target.base;
   const detail::ShardRouter route(shard_count);
 
   // Pass 1: each shard's count and fingerprint (its header precedes it).
@@ -500,10 +294,11 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
 
   std::vector<std::string> old_files;
   unsigned permissions = 0666;
-  if (exists) {
+  if (target.exists) {
     struct stat info {};
-    if (::stat(target.c_str(), &info) == 0) permissions = info.st_mode & 07777;
-    if (auto bytes = read_manifest_bytes(target); bytes && has_magic(*bytes)) {
+    if (::stat(target.path.c_str(), &info) == 0) permissions = info.st_mode & 07777;
+    if (auto bytes = detail::read_manifest_bytes(kFormat, target.path);
+        bytes && detail::has_magic(kFormat, *bytes)) {
       if (auto old = parse_index_set_manifest(*bytes, where)) {
         for (const auto& entry : old->shards) old_files.push_back(entry.file);
       }
@@ -513,7 +308,7 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
   if (options.build_id) {
     build_id = *options.build_id;
   } else {
-    auto random = random_build_id();
+    auto random = detail::random_build_id();
     if (!random) return std::unexpected(random.error());
     build_id = *random;
   }
@@ -531,6 +326,7 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
 
   std::vector<std::filesystem::path> written;
   const auto undo = [&] {
+    std::error_code ec;
     for (const auto& file : written) std::filesystem::remove(file, ec);
   };
   const auto shard_error = [&](std::uint32_t i, const Error& e) {
@@ -547,7 +343,7 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
     writers.reserve(end - first);
     for (std::uint32_t i = first; i < end; ++i) {
       IndexSetEntry& entry = manifest.shards[i];
-      entry.file = shard_file_name(base, build_id, i);
+      entry.file = detail::shard_file_name(kFormat, base, build_id, i);
       entry.digest_count = tally.counts[i];
       IndexIdentity shard_identity = identity;
       shard_identity.block_digests = options.block_digests;
@@ -605,7 +401,7 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
     }
   }
 
-  auto out = AtomicFile::create(target, {.permissions = permissions});
+  auto out = AtomicFile::create(target.path, {.permissions = permissions});
   Result<void> done = out ? Result<void>() : Result<void>(std::unexpected(out.error()));
   if (done) done = out->write(encode_index_set_manifest(manifest));
   if (done) done = out->commit();
@@ -615,12 +411,9 @@ Result<IndexSetWriteReport> write_index_set(const std::filesystem::path& path,
   }
   // The old set's shards, now that no manifest names them. A reader still
   // loading them finds one missing and starts over with the new manifest.
-  std::set<std::string> current;
-  for (const auto& entry : manifest.shards) current.insert(entry.file);
-  for (const auto& file : old_files) {
-    if (current.contains(file) || !is_shard_name_of(file, base)) continue;
-    std::filesystem::remove(folder / file, ec);
-  }
+  std::vector<std::string_view> current;
+  for (const auto& entry : manifest.shards) current.push_back(entry.file);
+  detail::remove_replaced_shards(kFormat, target, old_files, current);
   return report;
 }
 
@@ -719,21 +512,9 @@ Result<Index> load_shard(const IndexSetManifest& manifest, std::uint32_t i,
                          LoadMode mode) {
   const IndexSetEntry& entry = manifest.shards[i];
   const std::filesystem::path file = folder / entry.file;
-  const std::string name = where + ": shard " + std::to_string(i) + " of " +
-                           std::to_string(manifest.shard_count()) + " (" + entry.file + "): ";
+  const std::string name = detail::shard_label(where, i, manifest.shard_count(), entry.file);
   auto index = Index::load(file, mode);
-  if (!index) {
-    std::error_code ec;
-    if (index.error().code == ErrorCode::kIo &&
-        !std::filesystem::exists(std::filesystem::symlink_status(file, ec))) {
-      return fail(ErrorCode::kIndexSetShardMissing,
-                  name + "missing: the manifest names " + file.string() + ", which does not exist");
-    }
-    std::string message = index.error().message;
-    const std::string prefix = file.string() + ": ";
-    if (message.starts_with(prefix)) message.erase(0, prefix.size());
-    return fail(index.error().code, name + message);
-  }
+  if (!index) return std::unexpected(detail::shard_load_error(kFormat, index.error(), file, name));
   const auto mismatch = [&](std::string_view field, const std::string& shard,
                             const std::string& says) {
     return fail(ErrorCode::kIndexSetShardMismatch,
@@ -837,58 +618,46 @@ Result<IndexSet> IndexSet::load(const std::filesystem::path& path, LoadMode mode
   };
   if (*kind == IndexFileKind::kIndex) return single();
   const std::string where = path.string();
-  const std::filesystem::path folder = folder_of(path);
-  for (int attempt = 0; attempt < kMaxLoadAttempts; ++attempt) {
-    auto bytes = read_manifest_bytes(path);
-    if (!bytes) return std::unexpected(bytes.error());
-    if (!has_magic(*bytes)) return single();  // replaced by a plain index meanwhile
-    auto manifest = parse_index_set_manifest(*bytes, where);
-    if (!manifest) return std::unexpected(manifest.error());
-    auto state = std::make_shared<State>();
-    state->route = detail::ShardRouter(manifest->shard_count());
-    state->shards.reserve(manifest->shard_count());
-    std::optional<Error> failed;
-    bool every_fingerprint = true;
-    ContentFingerprint sum;
-    for (std::uint32_t i = 0; i < manifest->shard_count(); ++i) {
-      auto shard = load_shard(*manifest, i, folder, where, mode);
-      if (!shard) {
-        failed = shard.error();
-        break;
-      }
-      if (const auto f = shard->content_fingerprint()) {
-        sum += *f;
-      } else {
-        every_fingerprint = false;
-      }
-      state->size += shard->size();
-      state->shards.push_back(std::move(*shard));
-    }
-    if (!failed) {
-      const std::optional<ContentFingerprint> shards =
-          every_fingerprint ? std::optional(sum) : std::nullopt;
-      const auto said = manifest->content_fingerprint();
-      if (shards != said) {
-        const auto text = [](const std::optional<ContentFingerprint>& value) {
-          return value ? value->hex() : std::string("none");
-        };
-        return fail(ErrorCode::kIndexSetShardMismatch,
-                    where + ": contentFingerprint: the shards' fingerprints sum to " +
-                        text(shards) + (shards ? "" : " (a shard carries none)") +
-                        ", the manifest says " + text(said));
-      }
-      state->fingerprint = said;
-      return IndexSet(std::shared_ptr<const State>(std::move(state)));
-    }
-    // A writer may have replaced the set (and removed these shards) while
-    // they were read: then start over with its manifest.
-    auto now = read_manifest_bytes(path);
-    if (!now || *now == *bytes) return std::unexpected(*failed);
-    load_restarts.fetch_add(1, std::memory_order_relaxed);
-  }
-  return fail(ErrorCode::kIndexSetShardMissing,
-              where + ": the set was replaced " + std::to_string(kMaxLoadAttempts) +
-                  " times while it was being loaded; try again");
+  const std::filesystem::path folder = detail::manifest_folder(path);
+  return detail::load_manifest_set<IndexSet>(
+      kFormat, path, load_restarts, single,
+      [&](const std::vector<std::uint8_t>& bytes, bool& shard_failed) -> Result<IndexSet> {
+        auto manifest = parse_index_set_manifest(bytes, where);
+        if (!manifest) return std::unexpected(manifest.error());
+        auto state = std::make_shared<State>();
+        state->route = detail::ShardRouter(manifest->shard_count());
+        state->shards.reserve(manifest->shard_count());
+        bool every_fingerprint = true;
+        ContentFingerprint sum;
+        for (std::uint32_t i = 0; i < manifest->shard_count(); ++i) {
+          auto shard = load_shard(*manifest, i, folder, where, mode);
+          if (!shard) {
+            shard_failed = true;
+            return std::unexpected(shard.error());
+          }
+          if (const auto f = shard->content_fingerprint()) {
+            sum += *f;
+          } else {
+            every_fingerprint = false;
+          }
+          state->size += shard->size();
+          state->shards.push_back(std::move(*shard));
+        }
+        const std::optional<ContentFingerprint> shards =
+            every_fingerprint ? std::optional(sum) : std::nullopt;
+        const auto said = manifest->content_fingerprint();
+        if (shards != said) {
+          const auto text = [](const std::optional<ContentFingerprint>& value) {
+            return value ? value->hex() : std::string("none");
+          };
+          return fail(ErrorCode::kIndexSetShardMismatch,
+                      where + ": contentFingerprint: the shards' fingerprints sum to " +
+                          text(shards) + (shards ? "" : " (a shard carries none)") +
+                          ", the manifest says " + text(said));
+        }
+        state->fingerprint = said;
+        return IndexSet(std::shared_ptr<const State>(std::move(state)));
+      });
 }
 
 std::uint32_t IndexSet::shard_count() const noexcept {
