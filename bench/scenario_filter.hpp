@@ -1,5 +1,5 @@
 // The filled filters the probe benchmarks ask (probe_bench.cc and
-// partitioned_query_bench.cc): one per scenario of core/src/workload.hpp,
+// partitioned_query_bench.cc): one per scenario of bench/workload.hpp,
 // all n members inserted by the SIMD engine, built once per process, with
 // the member and non-member batches asked of it.
 #pragma once

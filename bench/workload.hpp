@@ -1,6 +1,7 @@
-// Internal: the benchmark workload shared by `abf bench` (cli/cmd_bench.cpp)
-// and the Google Benchmark suite (bench/probe_bench.cc), so both measure the
-// same scenarios on the same digests.
+// The benchmark workload shared by `abf bench` (cli/cmd_bench.cpp) and the
+// Google Benchmark suite (bench/probe_bench.cc), so both measure the same
+// scenarios on the same digests. Not part of the library: nothing in core/
+// uses it, so it lives with the benchmarks and cli takes it from here.
 #pragma once
 
 #include <cstddef>
