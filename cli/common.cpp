@@ -421,28 +421,9 @@ Result<std::uint32_t> shard_count_from_option(const std::string& shards, const B
 
 // ------------------------------------------------------------------ DataOutput
 
-DataOutput::DataOutput(DataOutput&& other) noexcept
-    : file_(std::move(other.file_)),
-      stage_fd_(std::exchange(other.stage_fd_, -1)),
-      staged_bytes_(std::exchange(other.staged_bytes_, 0)),
-      stage_dir_(std::move(other.stage_dir_)),
-      buffer_(std::move(other.buffer_)) {}
-
-DataOutput& DataOutput::operator=(DataOutput&& other) noexcept {
-  if (this != &other) {
-    if (stage_fd_ >= 0) ::close(stage_fd_);
-    file_ = std::move(other.file_);
-    stage_fd_ = std::exchange(other.stage_fd_, -1);
-    staged_bytes_ = std::exchange(other.staged_bytes_, 0);
-    stage_dir_ = std::move(other.stage_dir_);
-    buffer_ = std::move(other.buffer_);
-  }
-  return *this;
-}
-
-DataOutput::~DataOutput() {
-  if (stage_fd_ >= 0) ::close(stage_fd_);  // unlinked: closing removes it
-}
+DataOutput::DataOutput(DataOutput&& other) noexcept = default;
+DataOutput& DataOutput::operator=(DataOutput&& other) noexcept = default;
+DataOutput::~DataOutput() = default;
 
 Result<DataOutput> DataOutput::create(const std::string& path) {
   DataOutput output;
@@ -453,32 +434,19 @@ Result<DataOutput> DataOutput::create(const std::string& path) {
     return output;
   }
   const char* tmpdir = std::getenv("TMPDIR");
-  output.stage_dir_ = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
+  output.stage_.emplace(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp", "abf-stdout");
   output.buffer_.reserve(kStageMemory);
   return output;
 }
 
 Result<void> DataOutput::stage(std::string_view text) {
-  if (stage_fd_ < 0) {
-    // No name at all where O_TMPFILE works: nothing to leave behind, even
-    // after SIGKILL. Elsewhere a mkstemp name, unlinked at once.
-    stage_fd_ = ::open(stage_dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (stage_fd_ < 0) {
-      std::string name = stage_dir_ + "/abf-stdout.XXXXXX";
-      stage_fd_ = ::mkstemp(name.data());
-      if (stage_fd_ < 0) {
-        return fail(ErrorCode::kIo, "<stdout>: cannot stage the output in '" + stage_dir_ +
-                                        "' (TMPDIR): " + errno_text());
-      }
-      ::unlink(name.c_str());
-    }
-  }
-  if (!write_all(stage_fd_, text)) {
-    return fail(ErrorCode::kIo, "<stdout>: cannot stage the output in '" + stage_dir_ +
-                                    "' (TMPDIR): write error: " + errno_text());
-  }
-  staged_bytes_ += text.size();
-  return {};
+  auto staged = stage_->append(text);
+  if (staged) return {};
+  return fail(ErrorCode::kIo, "<stdout>: cannot stage the output in '" + stage_->dir() +
+                                  "' (TMPDIR): " +
+                                  (staged.error().step == SpillError::Step::kWrite ? "write error: "
+                                                                                   : "") +
+                                  staged.error().reason());
 }
 
 Result<void> DataOutput::write(std::string_view text) {
@@ -499,7 +467,7 @@ Result<void> DataOutput::write(std::string_view text) {
 
 Result<void> DataOutput::commit() {
   if (file_) return file_->commit();
-  if (stage_fd_ < 0) return write_stdout(buffer_);  // it all fit in memory
+  if (!stage_->created()) return write_stdout(buffer_);  // it all fit in memory
   if (!buffer_.empty()) {
     if (auto staged = stage(buffer_); !staged) return staged;
     buffer_.clear();
@@ -507,11 +475,12 @@ Result<void> DataOutput::commit() {
   // The kernel copies the staged file to stdout (sendfile), never through
   // this process; where it refuses stdout (EINVAL: an O_APPEND file, some
   // devices) before copying anything, read and write do it.
+  const std::uint64_t staged_bytes = stage_->size();
   off_t offset = 0;
-  while (static_cast<std::uint64_t>(offset) < staged_bytes_) {
-    const std::uint64_t left = staged_bytes_ - static_cast<std::uint64_t>(offset);
+  while (static_cast<std::uint64_t>(offset) < staged_bytes) {
+    const std::uint64_t left = staged_bytes - static_cast<std::uint64_t>(offset);
     const ssize_t sent =
-        ::sendfile(STDOUT_FILENO, stage_fd_, &offset,
+        ::sendfile(STDOUT_FILENO, stage_->fd(), &offset,
                    static_cast<std::size_t>(std::min<std::uint64_t>(left, 1u << 30)));
     if (sent > 0) continue;
     if (sent < 0 && errno == EINTR) continue;
@@ -520,20 +489,19 @@ Result<void> DataOutput::commit() {
                 "<stdout>: write error: " +
                     (sent < 0 ? errno_text() : std::string("staged output shrank")));
   }
-  if (static_cast<std::uint64_t>(offset) == staged_bytes_) return {};
+  if (static_cast<std::uint64_t>(offset) == staged_bytes) return {};
   std::string chunk(kStageMemory, '\0');
-  while (static_cast<std::uint64_t>(offset) < staged_bytes_) {
-    const ssize_t got = ::pread(stage_fd_, chunk.data(), chunk.size(), offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
+  while (static_cast<std::uint64_t>(offset) < staged_bytes) {
+    const auto count = static_cast<std::size_t>(
+        std::min<std::uint64_t>(chunk.size(), staged_bytes - static_cast<std::uint64_t>(offset)));
+    if (auto got = stage_->read(static_cast<std::uint64_t>(offset), std::span(chunk.data(), count));
+        !got) {
       return fail(ErrorCode::kIo, "<stdout>: cannot reread the staged output: " +
-                                      (got < 0 ? errno_text() : std::string("it shrank")));
+                                      (got.error().code != 0 ? got.error().reason()
+                                                             : std::string("it shrank")));
     }
-    if (auto wrote = write_stdout(std::string_view(chunk.data(), static_cast<std::size_t>(got)));
-        !wrote) {
-      return wrote;
-    }
-    offset += got;
+    if (auto wrote = write_stdout(std::string_view(chunk.data(), count)); !wrote) return wrote;
+    offset += static_cast<off_t>(count);
   }
   return {};
 }

@@ -26,6 +26,7 @@
 #include "abf/io.hpp"
 #include "abf/scheme.hpp"
 #include "abf/snapshot.hpp"
+#include "spill.hpp"
 
 namespace abf::cli {
 
@@ -190,9 +191,7 @@ class DataOutput {
   Result<void> stage(std::string_view text);
 
   std::optional<AtomicFile> file_;
-  int stage_fd_ = -1;
-  std::uint64_t staged_bytes_ = 0;
-  std::string stage_dir_;
+  std::optional<SpillFile> stage_;  // for "-": beyond buffer_, in $TMPDIR
   std::string buffer_;
 };
 

@@ -1,8 +1,6 @@
 #include "distinct.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <tbb/parallel_sort.h>
 
@@ -11,7 +9,6 @@
 #endif
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <new>
 #include <queue>
@@ -20,8 +17,6 @@
 
 namespace abf::cli {
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
 
 std::uint64_t load64(const std::uint8_t* bytes) noexcept {
   std::uint64_t value;
@@ -42,11 +37,10 @@ std::size_t sort_distinct(std::vector<Digest>& digests) {
 // ------------------------------------------------------------ DistinctDigests
 
 DistinctDigests::DistinctDigests(std::string temp_dir, std::size_t run_digests)
-    : temp_dir_(std::move(temp_dir)), run_digests_(std::max<std::size_t>(run_digests, 1)) {}
+    : spill_(std::move(temp_dir), "abf-distinct"),
+      run_digests_(std::max<std::size_t>(run_digests, 1)) {}
 
-DistinctDigests::~DistinctDigests() {
-  if (fd_ >= 0) ::close(fd_);  // unlinked: closing frees its space
-}
+DistinctDigests::~DistinctDigests() = default;
 
 Result<void> DistinctDigests::add(std::span<const Digest> digests) {
   input_count_ += digests.size();
@@ -68,34 +62,17 @@ Result<void> DistinctDigests::add(std::span<const Digest> digests) {
 }
 
 Result<void> DistinctDigests::spill() {
-  if (fd_ < 0) {
-    fd_ = ::open(temp_dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd_ < 0) {
-      std::string name = temp_dir_ + "/abf-distinct.XXXXXX";
-      fd_ = ::mkstemp(name.data());
-      if (fd_ < 0) {
-        return fail(ErrorCode::kIo, "--distinct: cannot create a temporary file in '" + temp_dir_ +
-                                        "' (TMPDIR): " + errno_text());
-      }
-      ::unlink(name.c_str());
-    }
+  const std::uint64_t offset = spill_.size() / sizeof(Digest);
+  auto spilled = spill_.append(std::string_view(reinterpret_cast<const char*>(buffer_.data()),
+                                                buffer_.size() * sizeof(Digest)));
+  if (!spilled) {
+    const bool created = spilled.error().step == SpillError::Step::kCreate;
+    return fail(ErrorCode::kIo, std::string("--distinct: ") +
+                                    (created ? "cannot create a temporary file in '"
+                                             : "cannot write a sorted run to '") +
+                                    spill_.dir() + "' (TMPDIR): " + spilled.error().reason());
   }
-  const auto* bytes = reinterpret_cast<const char*>(buffer_.data());
-  std::size_t left = buffer_.size() * sizeof(Digest);
-  off_t offset = static_cast<off_t>(file_digests_ * sizeof(Digest));
-  while (left > 0) {
-    const ssize_t wrote = ::pwrite(fd_, bytes, left, offset);
-    if (wrote < 0) {
-      if (errno == EINTR) continue;
-      return fail(ErrorCode::kIo, "--distinct: cannot write a sorted run to '" + temp_dir_ +
-                                      "' (TMPDIR): " + errno_text());
-    }
-    bytes += wrote;
-    left -= static_cast<std::size_t>(wrote);
-    offset += wrote;
-  }
-  runs_.push_back({file_digests_, buffer_.size()});
-  file_digests_ += buffer_.size();
+  runs_.push_back({offset, buffer_.size()});
   buffer_.clear();
   return {};
 }
@@ -146,20 +123,14 @@ Result<void> DistinctDigests::finish(
         static_cast<std::size_t>(std::min<std::uint64_t>(per_run, cursor.end - cursor.next));
     cursor.buffer.resize(count);
     cursor.at = 0;
-    auto* bytes = reinterpret_cast<char*>(cursor.buffer.data());
-    std::size_t left = count * sizeof(Digest);
-    auto offset = static_cast<off_t>(cursor.next * sizeof(Digest));
-    while (left > 0) {
-      const ssize_t got = ::pread(fd_, bytes, left, offset);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        return fail(ErrorCode::kIo,
-                    "--distinct: cannot read back a sorted run from '" + temp_dir_ +
-                        "': " + (got < 0 ? errno_text() : std::string("file shrank")));
-      }
-      bytes += got;
-      left -= static_cast<std::size_t>(got);
-      offset += got;
+    if (auto got = spill_.read(cursor.next * sizeof(Digest),
+                               std::span(reinterpret_cast<char*>(cursor.buffer.data()),
+                                         count * sizeof(Digest)));
+        !got) {
+      return fail(ErrorCode::kIo, "--distinct: cannot read back a sorted run from '" +
+                                      spill_.dir() + "': " +
+                                      (got.error().code != 0 ? got.error().reason()
+                                                             : std::string("file shrank")));
     }
     cursor.next += count;
     return {};

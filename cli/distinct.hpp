@@ -13,6 +13,7 @@
 
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
+#include "spill.hpp"
 
 namespace abf::cli {
 
@@ -55,12 +56,10 @@ class DistinctDigests {
     std::uint64_t offset = 0;  // in digests
     std::uint64_t count = 0;
   };
-  std::string temp_dir_;
+  SpillFile spill_;  // the spilled runs, one after another
   std::size_t run_digests_;
   std::vector<Digest> buffer_;
   std::vector<Run> runs_;
-  int fd_ = -1;
-  std::uint64_t file_digests_ = 0;
   std::uint64_t input_count_ = 0;
   std::uint64_t distinct_count_ = 0;
 };
