@@ -65,6 +65,9 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
         std::filesystem::file_size(set_shard_path(options.snapshot, m.shards[i]), error);
     return error ? 0 : size;
   };
+  // The manifest shows the header fields as stored; the set's statistics
+  // come from its shards.
+  const FilterSummary summary = summarize(*set);
   std::string out;
   if (options.json) {
     nlohmann::ordered_json json;
@@ -81,20 +84,20 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
     json["inserted_item_count"] = m.inserted_item_count;
     json["target_fpp"] = m.target_fpp;
     json["shard_bit_count"] = m.shard_bit_count;
-    json["bit_count"] = set->bit_count();
+    json["bit_count"] = summary.bit_count;
     json["catalog_id"] = m.catalog_id.hex();
     json["key_fingerprint"] = m.key_fingerprint.hex();
     json["content_fingerprint"] = fingerprint_json(m.content_fingerprint());
     json["build_id"] = hex64(m.build_id);
     json["header_checksum"] = hex64(m.header_checksum);
     json["body_checksum"] = hex64(m.body_checksum);
-    json["popcount"] = set->popcount();
-    json["fill_ratio"] = set->fill_ratio();
-    json["estimated_fpp"] = set->estimate_false_positive_rate();
+    json["popcount"] = summary.popcount;
+    json["fill_ratio"] = summary.fill_ratio;
+    json["estimated_fpp"] = summary.estimated_fpp;
     nlohmann::ordered_json shards = nlohmann::ordered_json::array();
     for (std::uint32_t i = 0; i < m.shard_count(); ++i) {
-      const Filter& shard = set->shard(i);
-      const SnapshotHeader h = snapshot_header(shard);
+      const SnapshotHeader h = snapshot_header(set->shard(i));
+      const FilterSummary shard = summarize(set->shard(i));
       shards.push_back({{"index", i},
                         {"file", m.shards[i].file},
                         {"file_size", shard_size(i)},
@@ -103,9 +106,9 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
                         {"payload_checksum", hex64(h.payload_checksum)},
                         {"header_checksum", hex64(h.header_checksum)},
                         {"content_fingerprint", fingerprint_json(h.content_fingerprint())},
-                        {"popcount", shard.popcount()},
-                        {"fill_ratio", shard.fill_ratio()},
-                        {"estimated_fpp", shard.estimate_false_positive_rate()}});
+                        {"popcount", shard.popcount},
+                        {"fill_ratio", shard.fill_ratio},
+                        {"estimated_fpp", shard.estimated_fpp}});
     }
     json["shards"] = std::move(shards);
     out = json_text(json);
@@ -123,8 +126,8 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
     append(out, "inserted items        %s\n", with_commas(m.inserted_item_count).c_str());
     append(out, "target fpp            %.17g\n", m.target_fpp);
     append(out, "bit count (m)         %s a shard, %s in all (%s bytes)\n",
-           with_commas(m.shard_bit_count).c_str(), with_commas(set->bit_count()).c_str(),
-           with_commas(set->bit_count() / 8).c_str());
+           with_commas(m.shard_bit_count).c_str(), with_commas(summary.bit_count).c_str(),
+           with_commas(summary.bit_count / 8).c_str());
     append(out, "catalog id            %s%s\n", m.catalog_id.hex().c_str(),
            m.catalog_id.is_zero() ? " (none: tied to no catalog)" : "");
     append(out, "key fingerprint       %s%s\n", m.key_fingerprint.hex().c_str(),
@@ -133,16 +136,14 @@ int inspect_set(const InspectOptions& options, const LoadOptions& load_options) 
     append(out, "build id              %s\n", hex64(m.build_id).c_str());
     append(out, "checksums             header %s, body %s (XXH3-64, verified)\n",
            hex64(m.header_checksum).c_str(), hex64(m.body_checksum).c_str());
-    append(out, "bits set              %s\n", with_commas(set->popcount()).c_str());
-    append(out, "fill ratio            %.6f\n", set->fill_ratio());
-    append(out, "estimated fpp         %.6g (the shards' mean)\n",
-           set->estimate_false_positive_rate());
+    append(out, "bits set              %s\n", with_commas(summary.popcount).c_str());
+    append(out, "fill ratio            %.6f\n", summary.fill_ratio);
+    append(out, "estimated fpp         %.6g (the shards' mean)\n", summary.estimated_fpp);
     for (std::uint32_t i = 0; i < m.shard_count(); ++i) {
-      const Filter& shard = set->shard(i);
+      const FilterSummary shard = summarize(set->shard(i));
       append(out, "shard %-5u           %s: %s items, %s bytes, fill %.6f, estimated fpp %.6g\n", i,
-             m.shards[i].file.c_str(), with_commas(shard.inserted_item_count()).c_str(),
-             with_commas(shard_size(i)).c_str(), shard.fill_ratio(),
-             shard.estimate_false_positive_rate());
+             m.shards[i].file.c_str(), with_commas(shard.inserted_item_count).c_str(),
+             with_commas(shard_size(i)).c_str(), shard.fill_ratio, shard.estimated_fpp);
     }
   }
   if (auto wrote = write_stdout(out); !wrote) return report("inspect", wrote.error());
@@ -323,9 +324,9 @@ int run_inspect(const InspectOptions& options) {
     return load_snapshot_argument(options.snapshot, load_options, &header, &file_size);
   }();
   if (!filter) return report("inspect", filter.error());
+  // The header's fields as stored; the statistics, the filter's.
   const auto& h = header;
-  const double fill = filter->fill_ratio();
-  const double estimated = filter->estimate_false_positive_rate();
+  const FilterSummary summary = summarize(*filter);
 
   std::string out;
   if (options.json) {
@@ -347,9 +348,9 @@ int run_inspect(const InspectOptions& options) {
     json["catalog_id"] = h.catalog_id.hex();
     json["key_fingerprint"] = h.key_fingerprint.hex();
     json["content_fingerprint"] = fingerprint_json(h.content_fingerprint());
-    json["popcount"] = filter->popcount();
-    json["fill_ratio"] = fill;
-    json["estimated_fpp"] = estimated;
+    json["popcount"] = summary.popcount;
+    json["fill_ratio"] = summary.fill_ratio;
+    json["estimated_fpp"] = summary.estimated_fpp;
     out = json_text(json);
   } else {
     append(out, "snapshot              %s\n",
@@ -374,9 +375,9 @@ int run_inspect(const InspectOptions& options) {
     append(out, "key fingerprint       %s%s\n", h.key_fingerprint.hex().c_str(),
            h.key_fingerprint.is_zero() ? " (unkeyed)" : " (keyed; key verified)");
     append(out, "content fingerprint   %s\n", fingerprint_text(h.content_fingerprint()).c_str());
-    append(out, "bits set              %s\n", with_commas(filter->popcount()).c_str());
-    append(out, "fill ratio            %.6f\n", fill);
-    append(out, "estimated fpp         %.6g\n", estimated);
+    append(out, "bits set              %s\n", with_commas(summary.popcount).c_str());
+    append(out, "fill ratio            %.6f\n", summary.fill_ratio);
+    append(out, "estimated fpp         %.6g\n", summary.estimated_fpp);
   }
   if (auto wrote = write_stdout(out); !wrote) return report("inspect", wrote.error());
   return kExitOk;

@@ -246,81 +246,72 @@ std::string json_text(const nlohmann::ordered_json& json) {
   return json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
-nlohmann::ordered_json filter_json(const Filter& filter) {
+namespace {
+
+// filter_json's keys, and set_json's after them when `as_set`.
+nlohmann::ordered_json summary_json(const FilterSummary& s, bool as_set) {
+  const auto hex_or_null = [](bool present, const auto& value) {
+    return present ? nlohmann::ordered_json(value.hex()) : nlohmann::ordered_json(nullptr);
+  };
   nlohmann::ordered_json json;
-  json["inserted_item_count"] = filter.inserted_item_count();
-  json["expected_item_count"] = filter.expected_item_count();
-  json["target_fpp"] = filter.target_fpp();
-  json["bit_count"] = filter.bit_count();
-  json["hash_count"] = filter.hash_count();
-  json["fill_ratio"] = filter.fill_ratio();
-  json["estimated_fpp"] = filter.estimate_false_positive_rate();
-  json["catalog_version"] = filter.catalog_version();
-  json["catalog_id"] = filter.catalog_id().is_zero()
-                           ? nlohmann::ordered_json(nullptr)
-                           : nlohmann::ordered_json(filter.catalog_id().hex());
-  json["hash_protocol_version"] = filter.hash_protocol_version();
+  json["inserted_item_count"] = s.inserted_item_count;
+  json["expected_item_count"] = s.expected_item_count;
+  json["target_fpp"] = s.target_fpp;
+  json["bit_count"] = s.bit_count;
+  json["hash_count"] = s.hash_count;
+  json["fill_ratio"] = s.fill_ratio;
+  json["estimated_fpp"] = s.estimated_fpp;
+  json["catalog_version"] = s.catalog_version;
+  json["catalog_id"] = hex_or_null(!s.catalog_id.is_zero(), s.catalog_id);
+  json["hash_protocol_version"] = s.hash_protocol_version;
   // The fingerprint names the key without revealing it.
-  json["key_fingerprint"] = filter.scheme().keyed()
-                                ? nlohmann::ordered_json(filter.scheme().key_fingerprint().hex())
-                                : nlohmann::ordered_json(nullptr);
-  json["content_fingerprint"] = filter.content_fingerprint()
-                                    ? nlohmann::ordered_json(filter.content_fingerprint()->hex())
-                                    : nlohmann::ordered_json(nullptr);
+  json["key_fingerprint"] = hex_or_null(s.keyed, s.key_fingerprint);
+  json["content_fingerprint"] =
+      s.content_fingerprint ? nlohmann::ordered_json(s.content_fingerprint->hex())
+                            : nlohmann::ordered_json(nullptr);
+  if (as_set) {
+    json["shard_count"] = s.shard_count;
+    json["shard_expected_item_count"] = s.shard_expected_item_count;
+    json["shard_bit_count"] = s.shard_bit_count;
+  }
   return json;
 }
 
+// filter_text after its layout: "fill 0.5, estimated false-positive rate ...".
+void append_summary_text(std::ostringstream& out, const FilterSummary& s) {
+  out << ", fill " << s.fill_ratio << ", estimated false-positive rate " << s.estimated_fpp
+      << ", catalog version " << s.catalog_version << ", catalog id "
+      << (s.catalog_id.is_zero() ? "none" : s.catalog_id.hex()) << ", hash protocol "
+      << s.hash_protocol_version;
+  if (s.keyed) out << " (key " << s.key_fingerprint.hex() << ")";
+  out << ", content fingerprint " << (s.content_fingerprint ? s.content_fingerprint->hex() : "none");
+}
+
+}  // namespace
+
+nlohmann::ordered_json filter_json(const Filter& filter) {
+  return summary_json(summarize(filter), false);
+}
+
 std::string filter_text(const Filter& filter) {
+  const FilterSummary s = summarize(filter);
   std::ostringstream out;
-  out << "m = " << with_commas(filter.bit_count()) << " bits, k = " << filter.hash_count()
-      << ", fill " << filter.fill_ratio() << ", estimated false-positive rate "
-      << filter.estimate_false_positive_rate() << ", catalog version " << filter.catalog_version()
-      << ", catalog id " << (filter.catalog_id().is_zero() ? "none" : filter.catalog_id().hex())
-      << ", hash protocol " << filter.hash_protocol_version();
-  if (filter.scheme().keyed()) out << " (key " << filter.scheme().key_fingerprint().hex() << ")";
-  out << ", content fingerprint "
-      << (filter.content_fingerprint() ? filter.content_fingerprint()->hex() : "none");
+  out << "m = " << with_commas(s.bit_count) << " bits, k = " << s.hash_count;
+  append_summary_text(out, s);
   return out.str();
 }
 
 nlohmann::ordered_json set_json(const FilterSet& set) {
-  nlohmann::ordered_json json;
-  json["inserted_item_count"] = set.inserted_item_count();
-  json["expected_item_count"] = set.expected_item_count();
-  json["target_fpp"] = set.target_fpp();
-  json["bit_count"] = set.bit_count();
-  json["hash_count"] = set.hash_count();
-  json["fill_ratio"] = set.fill_ratio();
-  json["estimated_fpp"] = set.estimate_false_positive_rate();
-  json["catalog_version"] = set.catalog_version();
-  json["catalog_id"] = set.catalog_id().is_zero() ? nlohmann::ordered_json(nullptr)
-                                                  : nlohmann::ordered_json(set.catalog_id().hex());
-  json["hash_protocol_version"] = set.hash_protocol_version();
-  json["key_fingerprint"] = set.scheme().keyed()
-                                ? nlohmann::ordered_json(set.scheme().key_fingerprint().hex())
-                                : nlohmann::ordered_json(nullptr);
-  json["content_fingerprint"] = set.content_fingerprint()
-                                    ? nlohmann::ordered_json(set.content_fingerprint()->hex())
-                                    : nlohmann::ordered_json(nullptr);
-  json["shard_count"] = set.shard_count();
-  json["shard_expected_item_count"] = set.shard_expected_item_count();
-  json["shard_bit_count"] = set.shard_bit_count();
-  return json;
+  return summary_json(summarize(set), true);
 }
 
 std::string set_text(const FilterSet& set) {
+  const FilterSummary s = summarize(set);
   std::ostringstream out;
-  out << set.shard_count() << (set.shard_count() == 1 ? " shard" : " shards")
-      << " of m = " << with_commas(set.shard_bit_count())
-      << " bits (n_i = " << with_commas(set.shard_expected_item_count())
-      << " each), k = " << set.hash_count() << ", fill " << set.fill_ratio()
-      << ", estimated false-positive rate " << set.estimate_false_positive_rate()
-      << ", catalog version " << set.catalog_version() << ", catalog id "
-      << (set.catalog_id().is_zero() ? "none" : set.catalog_id().hex()) << ", hash protocol "
-      << set.hash_protocol_version();
-  if (set.scheme().keyed()) out << " (key " << set.scheme().key_fingerprint().hex() << ")";
-  out << ", content fingerprint "
-      << (set.content_fingerprint() ? set.content_fingerprint()->hex() : "none");
+  out << s.shard_count << (s.shard_count == 1 ? " shard" : " shards") << " of m = "
+      << with_commas(s.shard_bit_count) << " bits (n_i = " << with_commas(s.shard_expected_item_count)
+      << " each), k = " << s.hash_count;
+  append_summary_text(out, s);
   return out.str();
 }
 

@@ -26,6 +26,7 @@
 #include "abf/io.hpp"
 #include "abf/scheme.hpp"
 #include "abf/snapshot.hpp"
+#include "abf/summary.hpp"
 #include "spill.hpp"
 
 namespace abf::cli {
@@ -118,8 +119,8 @@ Error summary_error(std::string_view output, Error error);
 std::string json_text(const nlohmann::ordered_json& json);
 
 // The fields every report of a snapshot has (build, merge): its layout, its
-// counts, the modeled rate, what it belongs to. catalog_id and
-// key_fingerprint are null when the snapshot has none.
+// counts, the modeled rate, what it belongs to (abf::summarize). catalog_id,
+// key_fingerprint and content_fingerprint are null when the snapshot has none.
 nlohmann::ordered_json filter_json(const Filter& filter);
 
 // The same in words, for the human summary: "m = 9,585,059 bits, k = 7, ...".

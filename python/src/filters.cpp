@@ -35,9 +35,10 @@ py::object key_bytes(const std::optional<Key>& key) {
   return py::bytes(reinterpret_cast<const char*>(key->bytes().data()), Key::kSize);
 }
 
-py::object fingerprint_object(const Scheme& scheme) {
-  if (!scheme.keyed()) return py::none();
-  return py::str(scheme.key_fingerprint().hex());
+// 16 hex digits naming the key of a keyed filter, or None when unkeyed.
+py::object key_fingerprint_object(bool keyed, const KeyFingerprint& fingerprint) {
+  if (!keyed) return py::none();
+  return py::str(fingerprint.hex());
 }
 
 // The answers array: a new one, or `out` when it is a writable, contiguous
@@ -102,39 +103,43 @@ py::dict filter_info(const Filter& filter) {
     py::gil_scoped_release release;  // the payload checksum reads every bit
     h = snapshot_header(filter);
   }
+  // The snapshot's own fields (version, length, checksums) from its header;
+  // the filter's from its summary.
+  const FilterSummary s = summarize(filter, SummaryBits::kSkip);
   py::dict info;
   info["format_version"] = h.format_version;
-  info["hash_protocol_version"] = h.hash_protocol_version;
-  info["hash_count"] = h.hash_count;
-  info["catalog_version"] = h.catalog_version;
-  info["bit_count"] = h.bit_count;
-  info["expected_item_count"] = h.expected_item_count;
-  info["inserted_item_count"] = h.inserted_item_count;
-  info["target_fpp"] = h.target_fpp;
+  info["hash_protocol_version"] = s.hash_protocol_version;
+  info["hash_count"] = s.hash_count;
+  info["catalog_version"] = s.catalog_version;
+  info["bit_count"] = s.bit_count;
+  info["expected_item_count"] = s.expected_item_count;
+  info["inserted_item_count"] = s.inserted_item_count;
+  info["target_fpp"] = s.target_fpp;
   info["payload_length"] = h.payload_length;
   info["payload_checksum"] = h.payload_checksum;
   info["header_checksum"] = h.header_checksum;
-  info["catalog_id"] = catalog_id_object(h.catalog_id);
-  info["key_fingerprint"] = fingerprint_object(filter.scheme());
-  info["content_fingerprint"] = content_fingerprint_object(filter.content_fingerprint());
+  info["catalog_id"] = catalog_id_object(s.catalog_id);
+  info["key_fingerprint"] = key_fingerprint_object(s.keyed, s.key_fingerprint);
+  info["content_fingerprint"] = content_fingerprint_object(s.content_fingerprint);
   return info;
 }
 
 py::dict set_info(const FilterSet& set) {
+  const FilterSummary s = summarize(set, SummaryBits::kSkip);
   py::dict info;
   info["format_version"] = kSetManifestFormatVersion;
-  info["hash_protocol_version"] = set.hash_protocol_version();
-  info["catalog_version"] = set.catalog_version();
-  info["expected_item_count"] = set.expected_item_count();
-  info["inserted_item_count"] = set.inserted_item_count();
-  info["target_fpp"] = set.target_fpp();
-  info["shard_count"] = set.shard_count();
-  info["shard_expected_item_count"] = set.shard_expected_item_count();
-  info["shard_bit_count"] = set.shard_bit_count();
-  info["shard_hash_count"] = set.hash_count();
-  info["catalog_id"] = catalog_id_object(set.catalog_id());
-  info["key_fingerprint"] = fingerprint_object(set.scheme());
-  info["content_fingerprint"] = content_fingerprint_object(set.content_fingerprint());
+  info["hash_protocol_version"] = s.hash_protocol_version;
+  info["catalog_version"] = s.catalog_version;
+  info["expected_item_count"] = s.expected_item_count;
+  info["inserted_item_count"] = s.inserted_item_count;
+  info["target_fpp"] = s.target_fpp;
+  info["shard_count"] = s.shard_count;
+  info["shard_expected_item_count"] = s.shard_expected_item_count;
+  info["shard_bit_count"] = s.shard_bit_count;
+  info["shard_hash_count"] = s.hash_count;
+  info["catalog_id"] = catalog_id_object(s.catalog_id);
+  info["key_fingerprint"] = key_fingerprint_object(s.keyed, s.key_fingerprint);
+  info["content_fingerprint"] = content_fingerprint_object(s.content_fingerprint);
   return info;
 }
 
@@ -144,29 +149,28 @@ std::string describe_target_fpp(double p) {
   return text;
 }
 
-std::string filter_repr(const Filter& f) {
-  std::string text = "<abf.Filter m=" + std::to_string(f.bit_count()) +
-                     " k=" + std::to_string(f.hash_count()) +
-                     " n=" + std::to_string(f.expected_item_count()) +
-                     " p=" + describe_target_fpp(f.target_fpp()) +
-                     " inserted=" + std::to_string(f.inserted_item_count()) +
-                     " catalog_version=" + std::to_string(f.catalog_version());
-  if (!f.catalog_id().is_zero()) text += " catalog_id=" + f.catalog_id().hex();
-  if (f.scheme().keyed()) text += " key=" + f.scheme().key_fingerprint().hex();
+// "<abf.Filter m=... k=... n=... p=... inserted=... catalog_version=...>",
+// then catalog_id= and key= when there are; `head` is "<abf.Filter" or
+// "<abf.FilterSet shards=S".
+std::string summary_repr(std::string head, const FilterSummary& s) {
+  std::string text = std::move(head) + " m=" + std::to_string(s.bit_count) +
+                     " k=" + std::to_string(s.hash_count) +
+                     " n=" + std::to_string(s.expected_item_count) +
+                     " p=" + describe_target_fpp(s.target_fpp) +
+                     " inserted=" + std::to_string(s.inserted_item_count) +
+                     " catalog_version=" + std::to_string(s.catalog_version);
+  if (!s.catalog_id.is_zero()) text += " catalog_id=" + s.catalog_id.hex();
+  if (s.keyed) text += " key=" + s.key_fingerprint.hex();
   return text + ">";
 }
 
+std::string filter_repr(const Filter& f) {
+  return summary_repr("<abf.Filter", summarize(f, SummaryBits::kSkip));
+}
+
 std::string set_repr(const FilterSet& s) {
-  std::string text = "<abf.FilterSet shards=" + std::to_string(s.shard_count()) +
-                     " m=" + std::to_string(s.bit_count()) +
-                     " k=" + std::to_string(s.hash_count()) +
-                     " n=" + std::to_string(s.expected_item_count()) +
-                     " p=" + describe_target_fpp(s.target_fpp()) +
-                     " inserted=" + std::to_string(s.inserted_item_count()) +
-                     " catalog_version=" + std::to_string(s.catalog_version());
-  if (!s.catalog_id().is_zero()) text += " catalog_id=" + s.catalog_id().hex();
-  if (s.scheme().keyed()) text += " key=" + s.scheme().key_fingerprint().hex();
-  return text + ">";
+  return summary_repr("<abf.FilterSet shards=" + std::to_string(s.shard_count()),
+                      summarize(s, SummaryBits::kSkip));
 }
 
 bool same_filter(const Filter& a, const Filter& b) {
@@ -497,7 +501,10 @@ void common_properties(Class& c, Get get) {
           "32 hex digits, or None when tied to no catalog.")
       .def_property_readonly(
           "key_fingerprint",
-          [get](const typename Class::type& o) { return fingerprint_object(get(o).scheme()); },
+          [get](const typename Class::type& o) {
+            const Scheme& scheme = get(o).scheme();
+            return key_fingerprint_object(scheme.keyed(), scheme.key_fingerprint());
+          },
           "16 hex digits naming the key of a keyed filter (never the key); None if unkeyed.")
       .def_property_readonly(
           "content_fingerprint",

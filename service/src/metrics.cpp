@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/service/snapshot_publisher.hpp"
+#include "abf/summary.hpp"
 
 namespace abf::service {
 namespace {
@@ -167,18 +168,18 @@ MetricsSnapshot Metrics::collect(const Snapshot* current) const {
   if (current != nullptr) {
     // A filter set (one shard for a plain snapshot): bits and inserted
     // digests summed over the shards, n the set's, fill and modeled rate
-    // over the whole set (FilterSet).
-    const FilterSet& filter = current->filter;
+    // over the whole set (abf::summarize).
+    const FilterSummary filter = summarize(current->filter);
     m.has_snapshot = true;
-    m.shard_count = filter.shard_count();
-    m.bit_count = filter.bit_count();
-    m.hash_count = filter.hash_count();
-    m.expected_item_count = filter.expected_item_count();
-    m.inserted_item_count = filter.inserted_item_count();
-    m.catalog_version = filter.catalog_version();
-    m.fill_ratio = filter.fill_ratio();
-    m.estimated_fpp = filter.estimate_false_positive_rate();
-    m.target_fpp = filter.target_fpp();
+    m.shard_count = filter.shard_count;
+    m.bit_count = filter.bit_count;
+    m.hash_count = filter.hash_count;
+    m.expected_item_count = filter.expected_item_count;
+    m.inserted_item_count = filter.inserted_item_count;
+    m.catalog_version = filter.catalog_version;
+    m.fill_ratio = filter.fill_ratio;
+    m.estimated_fpp = filter.estimated_fpp;
+    m.target_fpp = filter.target_fpp;
     m.age_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - current->published_at)
             .count();

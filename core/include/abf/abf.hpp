@@ -22,4 +22,5 @@
 #include "abf/merge.hpp"
 #include "abf/probe.hpp"
 #include "abf/snapshot.hpp"
+#include "abf/summary.hpp"
 #include "abf/version.hpp"
