@@ -1,5 +1,11 @@
 // Shared pieces of the `abf` subcommands: error reporting, exit codes,
-// standard streams, progress on a terminal, thread limits.
+// standard streams, progress on a terminal, thread limits. Defined by
+// concern: diagnostics.cpp (errors, exit statuses, unknown commands and
+// options), output.cpp (standard output, reports, DataOutput), format.cpp
+// (a filter's summary in words and JSON, counts, rates), input.cpp
+// (standard input, snapshot and set arguments, generated digests),
+// options.cpp (shared options and validators), progress.cpp (Progress,
+// Activity); spill.hpp is DataOutput's staging file.
 #pragma once
 
 #include <chrono>

@@ -123,14 +123,13 @@ Result<void> DistinctDigests::finish(
         static_cast<std::size_t>(std::min<std::uint64_t>(per_run, cursor.end - cursor.next));
     cursor.buffer.resize(count);
     cursor.at = 0;
-    if (auto got = spill_.read(cursor.next * sizeof(Digest),
-                               std::span(reinterpret_cast<char*>(cursor.buffer.data()),
-                                         count * sizeof(Digest)));
+    if (auto got = spill_.read(
+            cursor.next * sizeof(Digest),
+            std::span(reinterpret_cast<char*>(cursor.buffer.data()), count * sizeof(Digest)));
         !got) {
-      return fail(ErrorCode::kIo, "--distinct: cannot read back a sorted run from '" +
-                                      spill_.dir() + "': " +
-                                      (got.error().code != 0 ? got.error().reason()
-                                                             : std::string("file shrank")));
+      return fail(ErrorCode::kIo,
+                  "--distinct: cannot read back a sorted run from '" + spill_.dir() + "': " +
+                      (got.error().code != 0 ? got.error().reason() : std::string("file shrank")));
     }
     cursor.next += count;
     return {};
