@@ -17,6 +17,7 @@
 #include "abf/io.hpp"
 #include "abf/layout.hpp"
 #include "abf/snapshot.hpp"
+#include "abf/summary.hpp"
 #include "binary_format.hpp"
 #include "filter_set_internal.hpp"
 #include "header_rules.hpp"
@@ -270,18 +271,21 @@ Result<void> save_filter_set(const FilterSet& set, const std::filesystem::path& 
   auto build_id = detail::random_build_id();
   if (!build_id) return std::unexpected(build_id.error());
 
+  // The manifest's fields are the set's summary (no bit count: saving
+  // never reads the payload twice).
+  const FilterSummary summary = summarize(set, SummaryBits::kSkip);
   SetManifest manifest;
-  manifest.hash_protocol_version = set.hash_protocol_version();
-  manifest.catalog_version = set.catalog_version();
-  manifest.expected_item_count = set.expected_item_count();
-  manifest.inserted_item_count = set.inserted_item_count();
-  manifest.target_fpp = set.target_fpp();
-  manifest.shard_expected_item_count = set.shard_expected_item_count();
-  manifest.shard_bit_count = set.shard_bit_count();
-  manifest.shard_hash_count = set.hash_count();
-  manifest.catalog_id = set.catalog_id();
-  manifest.key_fingerprint = set.scheme().key_fingerprint();
-  if (const auto& fingerprint = set.content_fingerprint()) {
+  manifest.hash_protocol_version = summary.hash_protocol_version;
+  manifest.catalog_version = summary.catalog_version;
+  manifest.expected_item_count = summary.expected_item_count;
+  manifest.inserted_item_count = summary.inserted_item_count;
+  manifest.target_fpp = summary.target_fpp;
+  manifest.shard_expected_item_count = summary.shard_expected_item_count;
+  manifest.shard_bit_count = summary.shard_bit_count;
+  manifest.shard_hash_count = summary.hash_count;
+  manifest.catalog_id = summary.catalog_id;
+  manifest.key_fingerprint = summary.key_fingerprint;
+  if (const auto& fingerprint = summary.content_fingerprint) {
     manifest.content_flags = kContentFlagFingerprint;
     manifest.content_fingerprint_bytes = *fingerprint;
   }
