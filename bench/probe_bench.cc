@@ -21,6 +21,7 @@
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
 #include "kernels.hpp"
+#include "probe_simd.h"
 #include "scenario_filter.hpp"
 #include "workload.hpp"
 

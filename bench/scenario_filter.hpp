@@ -17,7 +17,7 @@
 
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
-#include "kernels.hpp"
+#include "probe_simd.h"
 #include "workload.hpp"
 
 namespace abf::bench {

@@ -649,7 +649,7 @@ HWY_INLINE void InsertBlock(std::uint64_t* HWY_RESTRICT words, std::uint32_t has
 }
 
 // Appends the k positions of count <= kBlock digests to their buckets (the
-// partitioned build's scatter; core/src/partition.hpp). Vectors expand the
+// partitioned build's scatter; partition.hpp). Vectors expand the
 // positions kStraight digests at a time; the append is scalar, a load and two
 // stores a position, and the bucket's next lines are prefetched for writing
 // (measured 10.0 against 11.6 ns a digest at dram, k = 7). A full bucket

@@ -1,6 +1,6 @@
-// The Highway batch probe engine (abf::simd, declared in core/src/kernels.hpp): one binary,
-// compiled for every target in hwy_targets.h, dispatched at run time to the
-// best one this CPU supports. Layout after hwy/examples/skeleton.cc (1.0.3).
+// The Highway batch probe engine (abf::simd, declared in probe_simd.h): one
+// binary, compiled for every target in hwy_targets.h, dispatched at run time
+// to the best one this CPU supports. Layout after hwy/examples/skeleton.cc (1.0.3).
 #include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file
 
 #include <cstddef>
@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels.hpp"
 #include "probe_simd.h"
 
 #undef HWY_TARGET_INCLUDE

@@ -1,16 +1,50 @@
-// Internal to the SIMD engine and its tests: the per-filter constants of the
-// exact `x mod m` reduction, and an entry point that exposes the computed
-// probe starts so tests can compare them with the protocol header directly.
-// Includes no Highway header.
+// Internal to the SIMD engine (simd/: its row engine_simd.cpp, the
+// partitioned build) and its tests and benchmarks: the engine's
+// single-threaded entry points, the per-filter constants of the exact
+// `x mod m` reduction, and entry points that expose the computed probe
+// starts, hashes and reductions so tests can compare them with the protocol
+// header directly. Includes no Highway header.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "abf/digest.hpp"
+#include "abf/filter.hpp"
 #include "abf/probe.hpp"
 
 namespace abf::simd {
+
+// The Highway engine, on the best target this CPU supports, or the one a
+// test forced with hwy::SetSupportedTargetsForTest. Each answers bit for bit
+// as the scalar reference (core/src/kernels.hpp).
+void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
+                 Answer* answers) noexcept;
+void insert_batch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                  std::size_t count) noexcept;
+
+// The buckets of one slot of a partitioned build (partition.hpp): bucket b
+// gathers the probe positions of bits [b << range_bits, (b + 1) <<
+// range_bits), each as its offset within that range.
+struct PositionBuckets {
+  unsigned range_bits = 20;
+  std::uint32_t capacity = 0;           // entries a bucket holds
+  std::size_t stride = 0;               // entries from one bucket's start to the next
+  std::uint32_t* entries = nullptr;     // bucket b: entries[b * stride + i], i < fill[b]
+  std::uint32_t* fill = nullptr;        // per bucket
+  std::uint64_t* overflowed = nullptr;  // required: += positions set directly (bucket full)
+};
+// Appends the k probe positions of every digest to `buckets`. A position
+// whose bucket is full is set in `words` right away, with an atomic OR, so
+// concurrent scatters into different slots may share `words`.
+void scatter_positions(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
+                       std::size_t count, const PositionBuckets& buckets) noexcept;
+// Name of the Highway target query_batch dispatches to now.
+std::string target_name();
+// Names of every target compiled in and supported by this CPU.
+std::vector<std::string> compiled_targets();
 
 // Exact x mod m for any 64-bit x and m = 64 * m', m' = m / 64 in [1, 2^24]
 // (every bit count the protocol allows), in lanes that have no 64-bit

@@ -16,7 +16,7 @@
 
 #include "abf/cuda/view.hpp"
 #include "abf/probe.hpp"
-#include "engine.hpp"
+#include "cuda_engine.hpp"
 #include "kernels.hpp"
 #include "test_support.hpp"
 

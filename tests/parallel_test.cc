@@ -13,6 +13,7 @@
 #include "abf/layout.hpp"
 #include "kernels.hpp"
 #include "parallel.hpp"
+#include "probe_simd.h"
 #include "test_support.hpp"
 #include "thread_support.hpp"
 

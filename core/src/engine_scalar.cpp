@@ -1,6 +1,7 @@
 // The scalar reference engine: the protocol header's own loops, one digest
 // at a time, with protocol 2's SipHash computed by OpenSSL. Every other
-// engine is tested against these kernels.
+// engine is tested against these kernels. Its row is registered by
+// core/CMakeLists.txt like any engine's.
 #include "engine.hpp"
 #include "kernels.hpp"
 #include "keyed_hash.hpp"
@@ -70,6 +71,9 @@ extern const Engine kScalarEngine{
     .summary =
         "the reference: one digest at a time, plain %, OpenSSL's SipHash; builds on one "
         "thread",
+    .kind = EngineKind::kHost,
+    .rank = 0,
+    .fallback = false,
     .available = []() noexcept { return true; },
     .detail = [] { return std::string("reference"); },
     .auto_prefers = nullptr,
@@ -79,7 +83,6 @@ extern const Engine kScalarEngine{
                      answers.data());
       return {};
     },
-    .insert = scalar::insert_batch,
     .open_lane = [](const Scheme& scheme,
                     std::uint64_t* words) -> Result<std::unique_ptr<BuildLane>> {
       return std::make_unique<ScalarLane>(scheme, words);

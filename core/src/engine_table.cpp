@@ -1,13 +1,14 @@
 // The engine table and the one function that chooses from it (engine.hpp),
-// and the public face of both (abf/backend.hpp).
+// and the public face of both (abf/backend.hpp). The rows come from the
+// engine folders (registered_engines, generated); no engine is named here.
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <string>
+#include <vector>
 
 #include "abf/backend.hpp"
-#include "abf/version.hpp"
 #include "engine.hpp"
-#include "kernels.hpp"
 
 namespace abf {
 
@@ -15,14 +16,45 @@ namespace detail {
 
 namespace {
 
-// The registration list: every engine, the reference first. --help lists
-// them in this order; an automatic choice asks them from the last (the most
-// specialized) to the first.
-constexpr const Engine* kEngines[] = {&kScalarEngine, &kSimdEngine, &kCudaEngine};
+// The registered rows by ascending rank, checked once: ranks unique, one
+// fallback row. A violation is a mistake in an engine's row, found by the
+// first use of the table in any test.
+struct Table {
+  std::vector<const Engine*> rows;
+  const Engine* fallback = nullptr;
+};
+
+const Table& table() {
+  static const Table sorted = [] {
+    Table t;
+    const auto registered = registered_engines();
+    t.rows.assign(registered.begin(), registered.end());
+    std::sort(t.rows.begin(), t.rows.end(),
+              [](const Engine* a, const Engine* b) { return a->rank < b->rank; });
+    for (std::size_t i = 0; i < t.rows.size(); ++i) {
+      const Engine* row = t.rows[i];
+      const bool duplicate = i > 0 && t.rows[i - 1]->rank == row->rank;
+      const bool second_fallback = row->fallback && t.fallback != nullptr;
+      if (duplicate || second_fallback) {
+        std::fprintf(stderr, "abf: engine table: row '%.*s' repeats a %s\n",
+                     static_cast<int>(row->name.size()), row->name.data(),
+                     duplicate ? "rank" : "fallback");
+        std::abort();
+      }
+      if (row->fallback) t.fallback = row;
+    }
+    if (t.fallback == nullptr) {
+      std::fprintf(stderr, "abf: engine table: no row is the fallback\n");
+      std::abort();
+    }
+    return t;
+  }();
+  return sorted;
+}
 
 std::string known_names() {
   std::string names = "auto";
-  for (const Engine* engine : kEngines) {
+  for (const Engine* engine : table().rows) {
     names += ", ";
     names += engine->name;
   }
@@ -46,16 +78,16 @@ Result<EngineChoice> choose_named(std::string_view name, std::string_view origin
 
 }  // namespace
 
-std::span<const Engine* const> engine_table() noexcept { return kEngines; }
+std::span<const Engine* const> engine_table() noexcept { return table().rows; }
 
 const Engine* find_engine(std::string_view name) noexcept {
-  for (const Engine* engine : kEngines) {
+  for (const Engine* engine : table().rows) {
     if (engine->name == name) return engine;
   }
   return nullptr;
 }
 
-const Engine& fallback_engine() noexcept { return kSimdEngine; }
+const Engine& fallback_engine() noexcept { return *table().fallback; }
 
 Result<EngineChoice> choose_engine(Backend requested, const Workload& workload) {
   if (!requested.is_auto()) return choose_named(requested.name(), "");
@@ -63,7 +95,8 @@ Result<EngineChoice> choose_engine(Backend requested, const Workload& workload) 
     const std::string_view name(forced);
     if (name != "auto") return choose_named(name, "ABF_BACKEND=" + std::string(name) + ": ");
   }
-  for (auto it = std::rbegin(kEngines); it != std::rend(kEngines); ++it) {
+  const auto& rows = table().rows;
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
     const Engine* engine = *it;
     if (engine->auto_prefers != nullptr && engine->auto_prefers(workload) && engine->available()) {
       return EngineChoice{engine, true};
@@ -115,10 +148,5 @@ bool backend_available(Backend backend) {
   const detail::Engine* engine = detail::find_engine(backend.name());
   return engine != nullptr && engine->available();
 }
-
-std::string simd_target_name() { return simd::target_name(); }
-std::vector<std::string> simd_compiled_targets() { return simd::compiled_targets(); }
-bool cuda_compiled() { return kCudaCompiled; }
-std::string cuda_device_description() { return detail::kCudaEngine.detail(); }
 
 }  // namespace abf

@@ -153,17 +153,14 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
   }
   auto choice = detail::choose_engine(backend, {digests.size(), 0});
   if (!choice) return std::unexpected(choice.error());
-  auto lane = lane_for(*choice->engine);
-  Result<void> done = lane ? (*lane)->insert(digests) : Result<void>(std::unexpected(lane.error()));
-  if (!done) {
-    // The automatic choice failed at run time (a GPU out of memory or
-    // lost): the fallback sets the same bits.
-    const detail::Engine& fallback = detail::fallback_engine();
-    if (!choice->automatic || choice->engine == &fallback) return done;
-    auto fallback_lane = lane_for(fallback);
-    if (!fallback_lane) return std::unexpected(fallback_lane.error());
-    if (auto again = (*fallback_lane)->insert(digests); !again) return again;
-  }
+  // An automatic choice that fails at run time (a GPU out of memory or
+  // lost) falls back; the fallback sets the same bits.
+  const auto added = detail::run_with_fallback(*choice, [&](const detail::Engine& engine) {
+    auto lane = lane_for(engine);
+    if (!lane) return Result<void>(std::unexpected(lane.error()));
+    return (*lane)->insert(digests);
+  });
+  if (!added) return added;
   info_.inserted_item_count += digests.size();
   *info_.content_fingerprint += detail::content_fingerprint_of(digests);
   return {};

@@ -465,14 +465,11 @@ Result<void> FilterSet::query(std::span<const Digest> digests, std::span<Answer>
   // filter of one shard's size.
   auto choice = detail::choose_engine(backend, {digests.size(), shard_bit_count() / 8});
   if (!choice) return std::unexpected(choice.error());
-  const detail::Engine& engine = *choice->engine;
-  const detail::Engine& fallback = detail::fallback_engine();
-  const bool may_fall_back = choice->automatic && &engine != &fallback;
   const auto ask = [&](const Filter& shard, std::span<const Digest> part,
                        std::span<Answer> out) -> Result<void> {
-    auto done = engine.query(shard, part, out);
-    if (done || !may_fall_back) return done;
-    return fallback.query(shard, part, out);
+    return detail::run_with_fallback(*choice, [&](const detail::Engine& engine) {
+      return engine.query(shard, part, out);
+    });
   };
   const std::span<const Filter> shards = state.shards;
   const std::size_t count = digests.size();
@@ -482,7 +479,7 @@ Result<void> FilterSet::query(std::span<const Digest> digests, std::span<Answer>
                        answers.data() + first, scratch, ask);
   };
 
-  if (engine.insert == nullptr) {
+  if (choice->engine->kind == detail::EngineKind::kDevice) {
     // A device engine: big blocks, one after the other.
     ScratchLease lease;
     for (std::size_t block = 0; block * kDeviceQueryBlock < count; ++block) {

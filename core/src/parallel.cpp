@@ -30,7 +30,6 @@ constexpr std::size_t kQueryGrain = 16 * 1024;
 constexpr std::size_t kInsertGrain = 8 * 1024;
 
 // choose_strategy's limits (docs/parallel.md has the measurements).
-constexpr std::uint64_t kPrivateBitsetBudget = std::uint64_t{256} << 20;
 constexpr std::uint64_t kWordRangeMaxBytes = std::uint64_t{32} << 20;
 constexpr std::size_t kMinThreadsToShare = 4;
 
@@ -233,7 +232,7 @@ MergeStrategy choose_strategy(std::uint64_t bit_count, std::uint32_t hash_count,
   const std::uint64_t words = bit_count / 64;
   const std::uint64_t private_words = words * (threads > 0 ? threads - 1 : 0);
   const std::uint64_t probes = std::uint64_t{count} * hash_count;
-  if (private_words * 8 <= kPrivateBitsetBudget && probes >= 4 * private_words) {
+  if (private_words * 8 <= kBuildScratchBudget && probes >= 4 * private_words) {
     return MergeStrategy::kShardBitsets;
   }
   if (threads < kMinThreadsToShare) return MergeStrategy::kSerial;

@@ -15,12 +15,10 @@ Result<void> Filter::query(std::span<const Digest> digests, std::span<Answer> an
   }
   auto choice = detail::choose_engine(backend, {digests.size(), bit_count() / 8});
   if (!choice) return std::unexpected(choice.error());
-  auto done = choice->engine->query(*this, digests, answers);
-  const detail::Engine& fallback = detail::fallback_engine();
-  if (done || !choice->automatic || choice->engine == &fallback) return done;
-  // The automatic choice failed at run time (a GPU out of memory or lost):
-  // the fallback gives the same answers.
-  return fallback.query(*this, digests, answers.first(digests.size()));
+  const std::span<Answer> out = answers.first(digests.size());
+  return detail::run_with_fallback(*choice, [&](const detail::Engine& engine) {
+    return engine.query(*this, digests, out);
+  });
 }
 
 }  // namespace abf

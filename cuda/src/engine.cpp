@@ -1,7 +1,9 @@
-// The CUDA engine's row of the engine table (core/src/engine.hpp), on top of
-// DeviceFilter: queries from host memory through a device copy attached to
-// the filter, builds into a device bitset lane folded into the builder's
-// bits once. And cuda_engine::copy_bandwidth (core/src/kernels.hpp).
+// The CUDA engine's row of the engine table (core/engine/engine.hpp), on top
+// of DeviceFilter: queries from host memory through a device copy attached
+// to the filter, builds into a device bitset lane folded into the builder's
+// bits once. Registered by cuda/CMakeLists.txt. And the engine's public face
+// in abf/backend.hpp (cuda_compiled, cuda_device_description,
+// cuda_copy_bandwidth).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -14,9 +16,9 @@
 
 #include "abf/backend.hpp"
 #include "abf/cuda/device_filter.hpp"
+#include "cuda_engine.hpp"
 #include "cuda_error.hpp"
 #include "engine.hpp"
-#include "kernels.hpp"
 
 namespace abf {
 
@@ -143,6 +145,9 @@ void release_caches() noexcept {
 extern const Engine kCudaEngine{
     .name = "cuda",
     .summary = "NVIDIA GPU: queries through the filter's device copy, builds into a device bitset",
+    .kind = EngineKind::kDevice,
+    .rank = 2,
+    .fallback = false,
     .available = []() noexcept { return device_probe().has_value(); },
     .detail =
         [] {
@@ -154,16 +159,17 @@ extern const Engine kCudaEngine{
           return auto_prefers_cuda(workload.batch, workload.query_filter_bytes);
         },
     .query = query,
-    .insert = nullptr,
     .open_lane = open_lane,
     .release_caches = release_caches,
 };
 
 }  // namespace detail
 
-namespace cuda_engine {
+bool cuda_compiled() { return true; }
 
-Result<double> copy_bandwidth() {
+std::string cuda_device_description() { return detail::kCudaEngine.detail(); }
+
+Result<double> cuda_copy_bandwidth() {
   if (auto r = require_device(); !r) return std::unexpected(r.error());
   constexpr std::size_t kBytes = std::size_t{64} << 20;
   void* host = nullptr;
@@ -197,7 +203,5 @@ Result<double> copy_bandwidth() {
   std::sort(runs.begin(), runs.end());
   return static_cast<double>(kBytes) / (static_cast<double>(runs[runs.size() / 2]) / 1e3);
 }
-
-}  // namespace cuda_engine
 
 }  // namespace abf

@@ -1,7 +1,9 @@
 // The CUDA engine's row for a build without CUDA: the table keeps the name,
-// and every use says the backend is not compiled in.
+// and every use says the backend is not compiled in. Registered by
+// cuda/CMakeLists.txt, as engine.cpp's row is in a CUDA build.
+#include "abf/backend.hpp"
+#include "cuda_engine.hpp"
 #include "engine.hpp"
-#include "kernels.hpp"
 
 namespace abf {
 
@@ -18,13 +20,15 @@ namespace detail {
 extern const Engine kCudaEngine{
     .name = "cuda",
     .summary = "NVIDIA GPU (not compiled into this build)",
+    .kind = EngineKind::kDevice,
+    .rank = 2,
+    .fallback = false,
     .available = []() noexcept { return false; },
     .detail = [] { return std::string("CUDA backend not compiled in"); },
     .auto_prefers = nullptr,
     .query = [](const Filter&, std::span<const Digest>, std::span<Answer>) -> Result<void> {
       return std::unexpected(not_compiled());
     },
-    .insert = nullptr,
     .open_lane = [](const Scheme&, std::uint64_t*) -> Result<std::unique_ptr<BuildLane>> {
       return std::unexpected(not_compiled());
     },
@@ -33,8 +37,8 @@ extern const Engine kCudaEngine{
 
 }  // namespace detail
 
-namespace cuda_engine {
-Result<double> copy_bandwidth() { return std::unexpected(not_compiled()); }
-}  // namespace cuda_engine
+bool cuda_compiled() { return false; }
+std::string cuda_device_description() { return detail::kCudaEngine.detail(); }
+Result<double> cuda_copy_bandwidth() { return std::unexpected(not_compiled()); }
 
 }  // namespace abf

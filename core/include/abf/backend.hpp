@@ -14,8 +14,8 @@
 namespace abf {
 
 // Names a probe engine. The engines themselves live in one table inside the
-// library (core/src/engine_table.cpp): scalar, simd and cuda today, in that
-// order. A Backend is one of their names or "auto"; parse() accepts exactly
+// library (core/src/engine_table.cpp; each engine's folder registers its
+// row): scalar, simd and cuda today, in that order. A Backend is one of their names or "auto"; parse() accepts exactly
 // the names the table holds, and list_backends() says which can run here.
 //
 //   auto    the fastest available engine for the work: CUDA for large
@@ -119,5 +119,10 @@ std::vector<std::string> simd_compiled_targets();
 bool cuda_compiled();
 // A description of the CUDA device the backend would use, or why there is none.
 std::string cuda_device_description();
+// Bytes per second of a host-to-device copy from pinned memory (64 MiB,
+// median of 5 after a warm-up): the ceiling of any CUDA query whose digests
+// start in host memory (`abf bench` reports it). kBackendUnavailable without
+// a CUDA build or a device.
+Result<double> cuda_copy_bandwidth();
 
 }  // namespace abf

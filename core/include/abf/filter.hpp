@@ -43,7 +43,7 @@ struct FilterInfo {
 };
 
 namespace detail {
-struct FilterAttachments;  // per-filter engine state, e.g. a device copy (core/src/engine.hpp)
+struct FilterAttachments;  // per-filter engine state, e.g. a device copy (core/engine/engine.hpp)
 struct FilterAccess;
 }  // namespace detail
 
@@ -136,7 +136,7 @@ Result<void> check_fill(const Filter& filter, FillCheck check = FillCheck::kAnyI
 std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
 
 namespace detail {
-class BuildLane;  // one engine's share of a build (core/src/engine.hpp)
+class BuildLane;  // one engine's share of a build (core/engine/engine.hpp)
 struct Engine;
 }  // namespace detail
 
@@ -154,10 +154,10 @@ struct BuildOptions {
 // buffer. Not thread-safe; `add` itself may use every core.
 //
 // Each engine a chunk is added with keeps its own lane of the build (the
-// engine table, core/src/engine.hpp): the SIMD engine builds filters of
+// engine table, core/engine/engine.hpp): the SIMD engine builds filters of
 // 32 MiB and more partitioned (every thread sorts its digests' bit positions
 // into buckets by 128 KiB range of the bitset, and full buckets are applied
-// range by range, each range loaded once; core/src/partition.hpp), taking
+// range by range, each range loaded once; simd/partition.hpp), taking
 // twice the filter's memory, at most 256 MiB, beside it, the buffers of the
 // last build kept for the next. Smaller filters, with several threads and
 // large chunks, get up to 256 MiB of private per-thread bitsets kept across

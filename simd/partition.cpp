@@ -51,7 +51,7 @@ std::size_t entry_bytes(std::size_t count) {
 }
 
 // The entry buffers of the last finished build, reused by the next build of
-// the same shape; at most one build's worth (the budget, 256 MiB at most,
+// the same shape; at most one build's worth (the budget, kBuildScratchBudget,
 // plus rounding) stays held. Fresh memory is slow and erratic here: a slot's
 // first touch of its 28 MiB took 10 ms, and now and then 37-78 ms (this VM
 // hands freed pages back to its host and faults them in again), and the
@@ -119,7 +119,7 @@ PartitionedBuild::PartitionedBuild(const probe::Scheme& scheme, std::size_t slot
   slots = std::max<std::size_t>(1, slots);
   std::size_t budget = tuning.budget_bytes;
   if (budget == 0) {
-    budget = std::clamp<std::size_t>(bit_count_ / 4, std::size_t{1} << 20, std::size_t{256} << 20);
+    budget = std::clamp<std::size_t>(bit_count_ / 4, std::size_t{1} << 20, kBuildScratchBudget);
   }
   const std::size_t per_slot = budget / sizeof(std::uint32_t) / slots;
   capacity_ = static_cast<std::uint32_t>(

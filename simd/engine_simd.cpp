@@ -1,23 +1,29 @@
-// The SIMD engine's row of the engine table: the Highway kernels (simd/)
-// over the arena's threads, and its build lane, which picks how the threads
-// share one bitset by its size.
+// The SIMD engine's row of the engine table (core/engine/engine.hpp): the
+// Highway kernels (probe_simd.cc) over the arena's threads, and its build
+// lane, which picks how the threads share one bitset by its size. Registered
+// by simd/CMakeLists.txt. And the engine's public face in abf/backend.hpp
+// (simd_target_name, simd_compiled_targets).
 #include <algorithm>
+#include <string>
+#include <vector>
 
+#include "abf/backend.hpp"
 #include "engine.hpp"
-#include "kernels.hpp"
 #include "parallel.hpp"
 #include "partition.hpp"
+#include "probe_simd.h"
 
-namespace abf::detail {
+namespace abf {
+
+namespace detail {
 
 namespace {
 
-// Private lanes for a parallel build: at most this much memory beside the
-// filter, and only for chunks this large. A shared bitset costs 2.5-7x per
-// probe whatever the merge (atomic OR, word ranges; docs/parallel.md), so a
-// thread filling its own bitset and one OR at the end is the only way a
-// 2-thread build beats one thread.
-constexpr std::size_t kLaneBudget = std::size_t{256} << 20;
+// Private lanes for a parallel build: at most the build's budget
+// (kBuildScratchBudget) beside the filter, and only for chunks this large. A
+// shared bitset costs 2.5-7x per probe whatever the merge (atomic OR, word
+// ranges; docs/parallel.md), so a thread filling its own bitset and one OR at
+// the end is the only way a 2-thread build beats one thread.
 constexpr std::size_t kLaneMinBatch = std::size_t{32} << 10;
 
 class SimdLane final : public BuildLane {
@@ -28,7 +34,7 @@ class SimdLane final : public BuildLane {
   Result<void> insert(std::span<const Digest> digests) override {
     const std::size_t threads = available_threads();
     // Beyond the LLC the positions are sorted by range before they are set
-    // (core/src/partition.hpp), with one thread as with many: one thread so
+    // (partition.hpp), with one thread as with many: one thread so
     // builds the 4 GiB input 19% faster (2.36 against 2.9 s), and several
     // share no random DRAM lines.
     if (partitioned_ || word_count_ * sizeof(std::uint64_t) >= kPartitionMinBytes) {
@@ -47,7 +53,7 @@ class SimdLane final : public BuildLane {
       // One lane per thread, as many as the budget holds; the filter's own
       // bitset is the first.
       const std::size_t bytes = word_count_ * sizeof(std::uint64_t);
-      const std::size_t wanted = std::min(threads, 1 + kLaneBudget / bytes);
+      const std::size_t wanted = std::min(threads, 1 + kBuildScratchBudget / bytes);
       while (lanes_.size() + 1 < wanted) lanes_.push_back(allocate_words(word_count_));
     }
     if (lanes_.empty()) {
@@ -99,6 +105,11 @@ class SimdLane final : public BuildLane {
 extern const Engine kSimdEngine{
     .name = "simd",
     .summary = "Highway batch engine, the best vector target of this CPU, on every core",
+    .kind = EngineKind::kHost,
+    .rank = 1,
+    // Runs on every x86 and Arm CPU (EMU128 at worst), so it is what an
+    // automatic choice takes and falls back to.
+    .fallback = true,
     .available = []() noexcept { return true; },
     .detail = [] { return simd::target_name(); },
     .auto_prefers = [](const Workload&) noexcept { return true; },
@@ -108,10 +119,14 @@ extern const Engine kSimdEngine{
                      answers.data());
       return {};
     },
-    .insert = simd::insert_batch,
     .open_lane = [](const Scheme& scheme, std::uint64_t* words)
         -> Result<std::unique_ptr<BuildLane>> { return std::make_unique<SimdLane>(scheme, words); },
     .release_caches = []() noexcept { release_pooled_entries(); },
 };
 
-}  // namespace abf::detail
+}  // namespace detail
+
+std::string simd_target_name() { return simd::target_name(); }
+std::vector<std::string> simd_compiled_targets() { return simd::compiled_targets(); }
+
+}  // namespace abf

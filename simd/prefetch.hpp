@@ -1,5 +1,5 @@
-// Internal: prefetch for writing, shared by the SIMD engine's insert and
-// scatter (simd/probe_simd-inl.h) and the partitioned build's apply
+// Internal to the SIMD engine: prefetch for writing, shared by its insert
+// and scatter (probe_simd-inl.h) and the partitioned build's apply
 // (partition.cpp). Includes no Highway.
 #pragma once
 

@@ -25,7 +25,7 @@
 
 #include "abf/digest.hpp"
 #include "abf/probe.hpp"
-#include "kernels.hpp"
+#include "probe_simd.h"
 
 namespace abf::detail {
 
@@ -41,11 +41,12 @@ struct PartitionTuning {
   // set; docs/parallel.md has 2^18 and 2^22.
   unsigned range_bits = 20;
   // Bytes of bucket entries over all slots. 0: twice the filter, at most
-  // 256 MiB (every round streams the whole filter through L2 once). Against
-  // once the filter, both with the odd stride, in interleaved runs: the 4 GiB
-  // streaming build at 2 threads 1.58 against 1.78 s (medians of 5), the
-  // 4 Mi-digest dram build 1.93-2.04x at 2 threads over 1 against
-  // 1.50-1.82x; half the filter made the streaming build 15% slower.
+  // kBuildScratchBudget, the build's one budget (every round streams the
+  // whole filter through L2 once). Against once the filter, both with the
+  // odd stride, in interleaved runs: the 4 GiB streaming build at 2 threads
+  // 1.58 against 1.78 s (medians of 5), the 4 Mi-digest dram build
+  // 1.93-2.04x at 2 threads over 1 against 1.50-1.82x; half the filter made
+  // the streaming build 15% slower.
   std::size_t budget_bytes = 0;
 };
 

@@ -1,12 +1,20 @@
 // Internal: the engine table, the one seam between the library and its probe
-// engines. An engine is a row of function pointers (name, available, query,
-// insert, lane); the rows are registered in one list (engine_table.cpp) and
-// one function, choose_engine, picks the row a request runs on. Filter::query
-// and FilterBuilder::add know no engine by name, and the CLI takes the names
-// from the table (abf::list_backends). Adding an engine is one file that
-// defines its row, and one line in the list.
+// engines. An engine is a row of data and function pointers (name, kind,
+// rank, fallback, available, query, lane); each engine's folder defines its
+// row and registers it (abf_register_engine in its CMakeLists.txt, which
+// core/CMakeLists.txt turns into the generated row list, engine_rows.cpp).
+// One function, choose_engine, picks the row a request runs on, and one,
+// run_with_fallback, runs it. Filter::query and FilterBuilder::add know no
+// engine by name, and the CLI takes the names from the table
+// (abf::list_backends). Adding an engine is a folder that defines its row
+// and registers it; core changes nothing.
 //
-// Not installed; includes no Highway, TBB or CUDA header.
+// core/engine/ is everything an engine may include from core besides the
+// public headers (this file, and parallel.hpp for the host engines'
+// threading); the engines' CMake targets (simd/, cuda/) see no other core
+// folder, so an engine reaching into core/src does not compile.
+//
+// Not installed; includes no Highway or CUDA header.
 #pragma once
 
 #include <cstddef>
@@ -49,39 +57,49 @@ class BuildLane {
   virtual Result<void> finish() = 0;
 };
 
-// The single-threaded host insert kernel of an engine.
-using InsertKernel = void (*)(const probe::Scheme&, std::uint64_t*, const Digest*,
-                              std::size_t) noexcept;
+// Where an engine runs. A host engine answers on the current TBB arena's
+// threads and a batch of any size suits it; a device engine (a GPU) wants
+// large batches, one after the other (FilterSet::query hands it big blocks
+// serially).
+enum class EngineKind { kHost, kDevice };
 
 struct Engine {
   std::string_view name;     // what Backend::parse accepts
   std::string_view summary;  // one line for --help and `abf --version`
+  EngineKind kind = EngineKind::kHost;
+  // The row's place in the table: list_backends and --help go by ascending
+  // rank (the reference first), an automatic choice asks the engines from
+  // the highest rank (the most specialized) down. Unique.
+  int rank = 0;
+  // The engine an automatic choice runs when no engine prefers the
+  // workload, and falls back to when its pick fails at run time (out of
+  // device memory, a lost device). It must always run. One row says so.
+  bool fallback = false;
   // Compiled in and runnable here.
   bool (*available)() noexcept;
   // What it runs on ("AVX3_ZEN4", a GPU's description), or why it cannot run.
   std::string (*detail)();
   // Whether an automatic choice takes this engine for the workload, asked of
-  // the available engines from the table's last row to its first; null:
-  // never. With no taker the choice is fallback_engine().
+  // the available engines by descending rank; null: never.
   bool (*auto_prefers)(const Workload&) noexcept;
   // Answers a batch, on the current TBB arena's threads (or a device).
   Result<void> (*query)(const Filter& filter, std::span<const Digest> digests,
                         std::span<Answer> answers);
-  // The engine's single-threaded host kernel (the parallel build strategies
-  // run it per shard); null for an engine with no host kernel.
-  InsertKernel insert;
   // Opens this engine's lane into `words` (scheme.bit_count() / 64 words).
   Result<std::unique_ptr<BuildLane>> (*open_lane)(const Scheme& scheme, std::uint64_t* words);
   // Frees memory kept for the next build or query (abf::release_cached_buffers).
   void (*release_caches)() noexcept;
 };
 
-// Every engine, in registration order (engine_table.cpp).
+// The rows the engine folders registered, in no particular order: the
+// generated list (engine_rows.cpp, from abf_register_engine).
+std::span<const Engine* const> registered_engines() noexcept;
+
+// Every engine, by ascending rank (engine_table.cpp).
 std::span<const Engine* const> engine_table() noexcept;
 // The row named `name`, or null.
 const Engine* find_engine(std::string_view name) noexcept;
-// The engine an automatic choice falls back to when its pick fails at run
-// time (out of device memory, a lost device): SIMD, which always runs.
+// The row marked `fallback` (SIMD today).
 const Engine& fallback_engine() noexcept;
 
 struct EngineChoice {
@@ -92,10 +110,18 @@ struct EngineChoice {
 // available: kBackendUnavailable saying why), or the rule.
 Result<EngineChoice> choose_engine(Backend requested, const Workload& workload);
 
-// The rows, defined beside their engines.
-extern const Engine kScalarEngine;  // core/src/engine_scalar.cpp
-extern const Engine kSimdEngine;    // core/src/engine_simd.cpp
-extern const Engine kCudaEngine;    // cuda/src/engine.cpp (cuda/src/unavailable.cpp without CUDA)
+// Runs `run(engine)` (a Result<void>) on the chosen engine. When an
+// automatic choice fails at run time, runs it again on the fallback engine,
+// which gives the same answers and sets the same bits; a choice by name (or
+// by ABF_BACKEND) reports its engine's error as it is.
+template <class Run>
+Result<void> run_with_fallback(const EngineChoice& choice, Run&& run) {
+  Result<void> done = run(*choice.engine);
+  if (done || !choice.automatic) return done;
+  const Engine& fallback = fallback_engine();
+  if (choice.engine == &fallback) return done;
+  return run(fallback);
+}
 
 // --- Per-filter engine state -------------------------------------------------
 

@@ -20,6 +20,11 @@
 
 namespace abf::detail {
 
+// The one memory budget of a build: bytes of scratch a build may hold beside
+// its filter (private bitsets, bucket buffers), whichever strategy the
+// engine and choose_strategy pick. docs/parallel.md has the measurements.
+inline constexpr std::size_t kBuildScratchBudget = std::size_t{256} << 20;
+
 // A single-threaded engine entry point (scalar::query_batch, simd::query_batch).
 using QueryFn = void (*)(const probe::FilterView&, const Digest*, std::size_t, Answer*) noexcept;
 using InsertFn = void (*)(const probe::Scheme&, std::uint64_t*, const Digest*,
@@ -37,8 +42,8 @@ void parallel_query(QueryFn engine, const probe::FilterView& view, const Digest*
 // With one thread in the arena, or a batch too small to split, this is the
 // engine itself. Otherwise shards of the batch run in parallel, merged by
 // the strategy choose_strategy() picks (docs/parallel.md has the
-// measurements): extra memory stays below 256 MiB + 16 MiB whatever the
-// filter, batch or thread count.
+// measurements): extra memory stays below kBuildScratchBudget + 16 MiB
+// whatever the filter, batch or thread count.
 void parallel_insert(InsertFn engine, const probe::Scheme& scheme, std::uint64_t* words,
                      const Digest* digests, std::size_t count);
 
@@ -64,9 +69,10 @@ enum class MergeStrategy {
 
 // The strategy kAuto uses for a batch of `count` digests into a filter of
 // `bit_count` bits with `threads` threads:
-//   kShardBitsets when the private bitsets fit 256 MiB and the batch has at
-//     least 4 probes per word of private bitset to OR back (the engine's
-//     own speed on every thread; the reduction then costs < 1/4 extra);
+//   kShardBitsets when the private bitsets fit kBuildScratchBudget and the
+//     batch has at least 4 probes per word of private bitset to OR back
+//     (the engine's own speed on every thread; the reduction then costs
+//     < 1/4 extra);
 //   else, with fewer than 4 threads, kSerial: an atomic OR or a bucketed
 //     probe costs 2.5-7x the SIMD engine's plain OR (docs/parallel.md), so
 //     2 or 3 threads would lose to one;
