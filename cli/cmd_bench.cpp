@@ -23,7 +23,6 @@
 #include "abf/abf.hpp"
 #include "command.hpp"
 #include "common.hpp"
-#include "kernels.hpp"
 #include "workload.hpp"
 
 namespace abf::cli {
@@ -454,7 +453,7 @@ int run_bench(const BenchOptions& options) {
   }
   double copy_rate = 0;
   if (std::ranges::find(backends, Backend::kCuda) != backends.end()) {
-    auto bandwidth = cuda_engine::copy_bandwidth();
+    auto bandwidth = cuda_copy_bandwidth();
     if (!bandwidth) return report("bench", bandwidth.error());
     copy_rate = *bandwidth / sizeof(Digest);
   }
