@@ -20,15 +20,17 @@
 HWY_BEFORE_NAMESPACE();
 namespace abf::HWY_NAMESPACE {
 
-// Runs `body(hash)` with the hasher of the scheme's protocol: the one
-// branch on the protocol, once per batch.
+// The vector step 1 of each row of the protocol table (abf/probe.hpp).
+HWY_INLINE UnkeyedHash VectorHash(probe::UnkeyedProtocol, const probe::Scheme&) { return {}; }
+HWY_INLINE KeyedHash VectorHash(probe::KeyedProtocol, const probe::Scheme& scheme) {
+  return KeyedHash{scheme.key};
+}
+
+// Runs `body(hash)` with the vector hasher of the scheme's protocol: the one
+// branch on the protocol (the table's), once per batch.
 template <class Body>
 HWY_INLINE void WithHash(const probe::Scheme& scheme, Body&& body) {
-  if (scheme.protocol == probe::kProtocolKeyed) {
-    body(KeyedHash{scheme.key});
-  } else {
-    body(UnkeyedHash{});
-  }
+  probe::with_protocol(scheme.protocol, [&](auto protocol) { body(VectorHash(protocol, scheme)); });
 }
 
 void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_t count,

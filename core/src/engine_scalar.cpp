@@ -13,34 +13,44 @@ namespace scalar {
 
 namespace {
 
-// Step 1 of the reference: the digest's words, or OpenSSL's SipHash.
-inline probe::HashPair reference_hashes(const probe::Scheme& scheme, const Digest& digest) {
-  return scheme.protocol == probe::kProtocolKeyed
-             ? detail::openssl_keyed_hashes(scheme.key, digest.bytes.data())
-             : probe::unkeyed_hashes(digest.bytes.data());
+// Step 1 of the reference, one overload per row of the protocol table
+// (abf/probe.hpp): the digest's words, or OpenSSL's SipHash.
+inline probe::HashPair reference_hashes(probe::UnkeyedProtocol, const probe::Scheme& scheme,
+                                        const Digest& digest) {
+  return probe::UnkeyedProtocol::hashes(scheme, digest.bytes.data());
+}
+inline probe::HashPair reference_hashes(probe::KeyedProtocol, const probe::Scheme& scheme,
+                                        const Digest& digest) {
+  return detail::openssl_keyed_hashes(scheme.key, digest.bytes.data());
 }
 
 }  // namespace
 
 void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
                 probe::HashPair* out) noexcept {
-  for (std::size_t i = 0; i < count; ++i) out[i] = reference_hashes(scheme, digests[i]);
+  probe::with_protocol(scheme.protocol, [&](auto protocol) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = reference_hashes(protocol, scheme, digests[i]);
+  });
 }
 
 void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
                  Answer* answers) noexcept {
-  for (std::size_t i = 0; i < count; ++i) {
-    answers[i] = probe::might_contain_hashes(view, reference_hashes(view, digests[i]))
-                     ? Answer::kMaybe
-                     : Answer::kDefinitelyNot;
-  }
+  probe::with_protocol(view.protocol, [&](auto protocol) {
+    for (std::size_t i = 0; i < count; ++i) {
+      answers[i] = probe::might_contain_hashes(view, reference_hashes(protocol, view, digests[i]))
+                       ? Answer::kMaybe
+                       : Answer::kDefinitelyNot;
+    }
+  });
 }
 
 void insert_batch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
                   std::size_t count) noexcept {
-  for (std::size_t i = 0; i < count; ++i) {
-    probe::insert_hashes(scheme, words, reference_hashes(scheme, digests[i]));
-  }
+  probe::with_protocol(scheme.protocol, [&](auto protocol) {
+    for (std::size_t i = 0; i < count; ++i) {
+      probe::insert_hashes(scheme, words, reference_hashes(protocol, scheme, digests[i]));
+    }
+  });
 }
 
 }  // namespace scalar

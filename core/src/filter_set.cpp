@@ -467,9 +467,8 @@ Result<void> FilterSet::query(std::span<const Digest> digests, std::span<Answer>
   if (!choice) return std::unexpected(choice.error());
   const auto ask = [&](const Filter& shard, std::span<const Digest> part,
                        std::span<Answer> out) -> Result<void> {
-    return detail::run_with_fallback(*choice, [&](const detail::Engine& engine) {
-      return engine.query(shard, part, out);
-    });
+    return detail::run_with_fallback(
+        *choice, [&](const detail::Engine& engine) { return engine.query(shard, part, out); });
   };
   const std::span<const Filter> shards = state.shards;
   const std::size_t count = digests.size();

@@ -16,9 +16,8 @@ Result<void> Filter::query(std::span<const Digest> digests, std::span<Answer> an
   auto choice = detail::choose_engine(backend, {digests.size(), bit_count() / 8});
   if (!choice) return std::unexpected(choice.error());
   const std::span<Answer> out = answers.first(digests.size());
-  return detail::run_with_fallback(*choice, [&](const detail::Engine& engine) {
-    return engine.query(*this, digests, out);
-  });
+  return detail::run_with_fallback(
+      *choice, [&](const detail::Engine& engine) { return engine.query(*this, digests, out); });
 }
 
 }  // namespace abf

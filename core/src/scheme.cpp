@@ -286,17 +286,17 @@ Result<Scheme> Scheme::open(const Layout& layout, std::uint32_t protocol,
                             const KeyFingerprint& stored, const std::optional<Key>& key,
                             std::string_view where) {
   const std::string at(where);
-  if (protocol == probe::kProtocolUnkeyed) {
+  if (!probe::known_protocol(protocol)) {
+    return fail(ErrorCode::kSnapshotUnsupportedHashProtocol,
+                at + ": hash protocol version " + std::to_string(protocol) + " is not supported");
+  }
+  if (!probe::keyed_protocol(protocol)) {
     if (key) {
       return fail(ErrorCode::kKeyMismatch,
                   at + ": a key was given, but this filter is unkeyed (hashProtocolVersion 1); "
                        "give no key, or rebuild it with the key");
     }
     return unkeyed(layout);
-  }
-  if (protocol != probe::kProtocolKeyed) {
-    return fail(ErrorCode::kSnapshotUnsupportedHashProtocol,
-                at + ": hash protocol version " + std::to_string(protocol) + " is not supported");
   }
   if (!key) {
     return fail(ErrorCode::kKeyRequired, at +

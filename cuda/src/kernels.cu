@@ -29,7 +29,7 @@ __device__ __forceinline__ probe::HashPair load_hashes(const probe::Scheme& sche
   if constexpr (kAligned) {
     const auto* p = reinterpret_cast<const ulonglong2*>(record);
     const ulonglong2 head = kStreaming ? __ldcs(p) : __ldg(p);
-    if (scheme.protocol != probe::kProtocolKeyed) return unkeyed_hashes_of_words(head.x, head.y);
+    if (!probe::keyed_protocol(scheme.protocol)) return unkeyed_hashes_of_words(head.x, head.y);
     const ulonglong2 tail = kStreaming ? __ldcs(p + 1) : __ldg(p + 1);
     return keyed_hashes_of_words(scheme.key, head.x, head.y, tail.x, tail.y);
   } else {

@@ -15,8 +15,9 @@ namespace abf {
 
 // Names a probe engine. The engines themselves live in one table inside the
 // library (core/src/engine_table.cpp; each engine's folder registers its
-// row): scalar, simd and cuda today, in that order. A Backend is one of their names or "auto"; parse() accepts exactly
-// the names the table holds, and list_backends() says which can run here.
+// row): scalar, simd and cuda today, in that order. A Backend is one of
+// their names or "auto"; parse() accepts exactly the names the table holds,
+// and list_backends() says which can run here.
 //
 //   auto    the fastest available engine for the work: CUDA for large
 //           batches (queries: against large filters) when a device is

@@ -9,7 +9,8 @@
 //      SipHash-2-4-128 of the whole digest under a secret key (siphash.hpp).
 //      Each backend has its own implementation of this step (scalar:
 //      OpenSSL; SIMD: vector lanes; CUDA: this header on the device), all
-//      proven equal.
+//      proven equal, chosen through the protocol table at the end of this
+//      header.
 //   2. (h1, h2) -> k positions: i_0 = h1 mod m, step = (h2 | 1) mod m,
 //      i_j+1 = (i_j + step) mod m. Shared by both protocols.
 // A Scheme names everything both steps need: (m, k), the protocol and, for
@@ -155,9 +156,59 @@ ABF_HD constexpr HashPair keyed_hashes(const KeySchedule& key, const std::uint8_
   return HashPair{tag.lo, tag.hi};
 }
 
+// --- The protocol table --------------------------------------------------------
+//
+// Every hashProtocolVersion this library knows is one row: a tag type naming
+// its version, whether its filters take a key, and its portable step 1 (this
+// header's, the one a CUDA kernel runs). with_protocol is the one branch on
+// a protocol: each engine calls it (once per batch) and picks its own fast
+// step 1 for the tag it is handed, by overload, so an engine that has none
+// for a new row does not compile. Scheme::open validates a stored version
+// with known_protocol.
+//
+// Adding protocol N: its step 1 here, a tag and a line in known_protocol,
+// keyed_protocol and with_protocol, each engine's step 1 for the tag (scalar:
+// engine_scalar.cpp; SIMD: probe_simd.cc; CUDA: kernels.cu), its section of
+// docs/protocol.md and its golden vectors.
+
+struct UnkeyedProtocol {  // section 4
+  static constexpr std::uint32_t kVersion = kProtocolUnkeyed;
+  static constexpr bool kKeyed = false;
+  ABF_HD static constexpr HashPair hashes(const Scheme&, const std::uint8_t* digest) {
+    return unkeyed_hashes(digest);
+  }
+};
+
+struct KeyedProtocol {  // section 4b
+  static constexpr std::uint32_t kVersion = kProtocolKeyed;
+  static constexpr bool kKeyed = true;
+  ABF_HD static constexpr HashPair hashes(const Scheme& scheme, const std::uint8_t* digest) {
+    return keyed_hashes(scheme.key, digest);
+  }
+};
+
+// Whether `version` is a row of the table.
+ABF_HD constexpr bool known_protocol(std::uint32_t version) {
+  return version == UnkeyedProtocol::kVersion || version == KeyedProtocol::kVersion;
+}
+
+// Whether filters of protocol `version` take a key.
+ABF_HD constexpr bool keyed_protocol(std::uint32_t version) {
+  return version == KeyedProtocol::kVersion;
+}
+
+// body(UnkeyedProtocol{}) or body(KeyedProtocol{}) by `version`. A version
+// outside the table (never that of a valid Scheme) takes protocol 1's row.
+template <class Body>
+constexpr decltype(auto) with_protocol(std::uint32_t version, Body&& body) {
+  if (version == KeyedProtocol::kVersion) return body(KeyedProtocol{});
+  return body(UnkeyedProtocol{});
+}
+
+// Step 1 by the table, for code that holds a Scheme rather than a tag.
 ABF_HD constexpr HashPair hashes_of(const Scheme& scheme, const std::uint8_t* digest) {
-  return scheme.protocol == kProtocolKeyed ? keyed_hashes(scheme.key, digest)
-                                           : unkeyed_hashes(digest);
+  return keyed_protocol(scheme.protocol) ? KeyedProtocol::hashes(scheme, digest)
+                                         : UnkeyedProtocol::hashes(scheme, digest);
 }
 
 // What a probing kernel needs to know of a filter: its scheme and its words

@@ -142,7 +142,7 @@ class Scheme {
   std::uint32_t hash_count() const noexcept { return probe_.hash_count; }
   // hashProtocolVersion: probe::kProtocolUnkeyed (1) or probe::kProtocolKeyed (2).
   std::uint32_t protocol() const noexcept { return probe_.protocol; }
-  bool keyed() const noexcept { return probe_.protocol == probe::kProtocolKeyed; }
+  bool keyed() const noexcept { return probe::keyed_protocol(probe_.protocol); }
   // All zero for protocol 1.
   const KeyFingerprint& key_fingerprint() const noexcept { return fingerprint_; }
 
