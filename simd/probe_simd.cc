@@ -26,11 +26,22 @@ HWY_INLINE KeyedHash VectorHash(probe::KeyedProtocol, const probe::Scheme& schem
   return KeyedHash{scheme.key};
 }
 
-// Runs `body(hash)` with the vector hasher of the scheme's protocol: the one
-// branch on the protocol (the table's), once per batch.
+// Runs `body(hash)` with the vector hasher of the scheme's protocol: the
+// table's one branch (probe::with_protocol), once per batch, written out
+// here rather than called. with_protocol is compiled for the baseline target,
+// and a lambda of this target called through it stays out of line: the
+// kernels' code changed (QueryBatch split in two) where this keeps it as it
+// was. The assertion asks for a case here when the table gains a row.
+static_assert(probe::known_protocol(probe::kProtocolUnkeyed) &&
+                  probe::known_protocol(probe::kProtocolKeyed) && !probe::known_protocol(3),
+              "a new row of the protocol table needs its case in WithHash");
 template <class Body>
 HWY_INLINE void WithHash(const probe::Scheme& scheme, Body&& body) {
-  probe::with_protocol(scheme.protocol, [&](auto protocol) { body(VectorHash(protocol, scheme)); });
+  if (probe::keyed_protocol(scheme.protocol)) {
+    body(VectorHash(probe::KeyedProtocol{}, scheme));
+  } else {
+    body(VectorHash(probe::UnkeyedProtocol{}, scheme));
+  }
 }
 
 void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_t count,

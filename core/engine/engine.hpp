@@ -1,13 +1,14 @@
 // Internal: the engine table, the one seam between the library and its probe
 // engines. An engine is a row of data and function pointers (name, kind,
 // rank, fallback, available, query, lane); each engine's folder defines its
-// row and registers it (abf_register_engine in its CMakeLists.txt, which
-// core/CMakeLists.txt turns into the generated row list, engine_rows.cpp).
-// One function, choose_engine, picks the row a request runs on, and one,
-// run_with_fallback, runs it. Filter::query and FilterBuilder::add know no
-// engine by name, and the CLI takes the names from the table
-// (abf::list_backends). Adding an engine is a folder that defines its row
-// and registers it; core changes nothing.
+// row and registers it (abf_add_engine in its CMakeLists.txt; core's
+// CMakeLists.txt turns the registered rows into the generated list
+// engine_rows.cpp). One function, choose_engine, picks the row a request
+// runs on, and one, run_with_fallback, runs it. Filter::query, FilterSet::query
+// and FilterBuilder::add know no engine by name, and the CLI takes the names
+// from the table (abf::list_backends). Adding an engine is a folder that
+// defines its row and registers it, and its add_subdirectory in the
+// top-level CMakeLists.txt; core changes nothing.
 //
 // core/engine/ is everything an engine may include from core besides the
 // public headers (this file, and parallel.hpp for the host engines'

@@ -161,15 +161,19 @@ ABF_HD constexpr HashPair keyed_hashes(const KeySchedule& key, const std::uint8_
 // Every hashProtocolVersion this library knows is one row: a tag type naming
 // its version, whether its filters take a key, and its portable step 1 (this
 // header's, the one a CUDA kernel runs). with_protocol is the one branch on
-// a protocol: each engine calls it (once per batch) and picks its own fast
-// step 1 for the tag it is handed, by overload, so an engine that has none
-// for a new row does not compile. Scheme::open validates a stored version
-// with known_protocol.
+// a protocol: an engine calls it once per batch and picks its own fast step
+// 1 for the tag it is handed, by overload, so an engine that has none for a
+// new row does not compile. The SIMD engine writes the same branch out
+// inside its Highway targets (probe_simd.cc, WithHash, says why), and a CUDA
+// kernel asks keyed_protocol per record. Scheme::open validates a stored
+// version with known_protocol.
 //
 // Adding protocol N: its step 1 here, a tag and a line in known_protocol,
 // keyed_protocol and with_protocol, each engine's step 1 for the tag (scalar:
-// engine_scalar.cpp; SIMD: probe_simd.cc; CUDA: kernels.cu), its section of
-// docs/protocol.md and its golden vectors.
+// engine_scalar.cpp; SIMD: probe_simd.cc, with a case in WithHash, whose
+// static_assert asks for it; CUDA: load_hashes in kernels.cu), its section
+// of docs/protocol.md and its golden vectors. (snapshot.cpp and
+// filter_set_io.cpp still check the version in their readers.)
 
 struct UnkeyedProtocol {  // section 4
   static constexpr std::uint32_t kVersion = kProtocolUnkeyed;
