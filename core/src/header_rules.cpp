@@ -136,10 +136,10 @@ std::string problem_of(HeaderRule rule, HeaderKind kind, const HeaderFacts& f) {
 
 ProtocolFault check_protocol(std::uint32_t protocol,
                              const KeyFingerprint& key_fingerprint) noexcept {
-  if (protocol != probe::kProtocolUnkeyed && protocol != probe::kProtocolKeyed) {
-    return ProtocolFault::kUnknown;
-  }
-  if (protocol == probe::kProtocolUnkeyed && !key_fingerprint.is_zero()) {
+  // The protocol table (abf/probe.hpp) says which versions exist and which
+  // take a key.
+  if (!probe::known_protocol(protocol)) return ProtocolFault::kUnknown;
+  if (!probe::keyed_protocol(protocol) && !key_fingerprint.is_zero()) {
     return ProtocolFault::kStrayKeyFingerprint;
   }
   return ProtocolFault::kNone;

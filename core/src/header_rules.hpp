@@ -22,7 +22,7 @@ enum class ProtocolFault : std::uint8_t {
   kUnknown,              // this build implements no such protocol
   kStrayKeyFingerprint,  // an unkeyed protocol with a nonzero key fingerprint
 };
-// The protocol rule: protocols 1 (unkeyed) and 2 (keyed) are implemented,
+// The protocol rule: the version is a row of the protocol table (abf/probe.hpp),
 // and an unkeyed one carries a zero key fingerprint.
 ProtocolFault check_protocol(std::uint32_t protocol,
                              const KeyFingerprint& key_fingerprint) noexcept;
