@@ -35,7 +35,13 @@ void set_python_error(const Error& error) {
   try {
     py::object errors = py::module_::import("abf._errors");
     py::object cls = errors.attr("error_class")(code);
-    py::object exception = cls(message, code);
+    // Messages name files, and a file name need not be UTF-8 (a shard name
+    // in a hand-made manifest): its stray bytes read as \xNN, not as a
+    // UnicodeDecodeError in place of the library's error.
+    py::object text = py::reinterpret_steal<py::object>(
+        PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace"));
+    if (!text) throw py::error_already_set();
+    py::object exception = cls(text, code);
     PyErr_SetObject(cls.ptr(), exception.ptr());
   } catch (py::error_already_set& failure) {
     // abf._errors itself could not be imported (the extension loaded alone).

@@ -231,6 +231,24 @@ def test_a_nul_in_a_path_is_refused_by_name(tmp_path):
     catalog.close()
 
 
+def test_an_error_naming_a_file_that_is_not_utf8_is_the_librarys_error(tmp_path):
+    """A set saved under a name that is not UTF-8 (bytes 0xff) names its
+    shards after it; with a shard gone, the error names that shard. It is
+    abf's SnapshotError with the stray byte spelled \\xff, not a
+    UnicodeDecodeError from turning the message into a str."""
+    s = abf.build(random_digests(300, 6), 1000, 0.01, shards=2)
+    path = os.path.join(os.fsencode(tmp_path), b"set-\xff.abfs")
+    s.save(path)
+    assert abf.load(path) == s
+    shards = [n for n in os.listdir(os.fsencode(tmp_path)) if n.endswith(b".abf")]
+    assert len(shards) == 2 and all(b"\xff" in n for n in shards), shards
+    os.remove(os.path.join(os.fsencode(tmp_path), shards[0]))
+    with pytest.raises(abf.Error) as caught:
+        abf.load(path)
+    assert not isinstance(caught.value, UnicodeError)
+    assert "\\xff" in str(caught.value), str(caught.value)
+
+
 def test_key_errors_name_the_key_argument(tmp_path):
     key = abf.Key.generate()
     f = abf.build(random_digests(10, 5), 100, 0.01, key=key)
