@@ -17,7 +17,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abf/abf.hpp"
@@ -36,6 +38,14 @@ struct BenchOptions {
   unsigned repetitions = 5;
   double fpp = workload::kTargetFpp;  // every scenario's target p
   bool json = false;
+  std::string simd_targets;  // --simd-target: "all" or names; empty: the one in use
+};
+
+// One backend as measured: the SIMD engine once per Highway target asked for
+// with --simd-target (empty target: whichever runs now).
+struct BenchCase {
+  Backend backend;
+  std::string simd_target;
 };
 
 using workload::kAbsentSeed;
@@ -53,16 +63,43 @@ void fill_digests(std::uint64_t seed, std::uint64_t first, std::span<Digest> out
   });
 }
 
-std::string cpu_name() {
+// The first value of /proc/cpuinfo's `key` line ("model name", "flags"), or "".
+std::string cpuinfo_value(std::string_view key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos &&
+        line.find_first_not_of(" \t", key.size()) == line.find(':')) {
+      const auto value = line.find_first_not_of(' ', line.find(':') + 1);
+      return value == std::string::npos ? std::string() : line.substr(value);
     }
   }
-  return "unknown";
+  return "";
+}
+
+std::string cpu_name() {
+  const std::string name = cpuinfo_value("model name");
+  return name.empty() ? "unknown" : name;
+}
+
+// The CPU's family and model numbers ("25/17" is AMD Zen 4), which tell
+// apart what one model name ("AMD EPYC") covers in a virtual machine.
+std::string cpu_family_model() {
+  return cpuinfo_value("cpu family") + "/" + cpuinfo_value("model");
+}
+
+// The vector extensions of the CPU that decide the Highway target and the
+// kernels' paths: AVX2, BMI2, and each AVX-512 part.
+std::string cpu_vector_flags() {
+  std::istringstream flags(cpuinfo_value("flags"));
+  std::string flag;
+  std::string out;
+  while (flags >> flag) {
+    if (flag == "avx2" || flag == "bmi2" || flag == "fma" || flag.rfind("avx512", 0) == 0) {
+      out += (out.empty() ? "" : " ") + flag;
+    }
+  }
+  return out;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -217,11 +254,12 @@ std::string target_of(Backend backend) {
   return std::string(backend.name());
 }
 
-// Keeps a finished filter observable so the build is not optimized away.
-void benchmark_sink(const Filter& filter) {
+// Keeps a value observable so the work behind it is not optimized away.
+void benchmark_sink(std::uint64_t value) {
   static std::atomic<std::uint64_t> sink;
-  sink.store(filter.words()[0], std::memory_order_relaxed);
+  sink.store(value, std::memory_order_relaxed);
 }
+void benchmark_sink(const Filter& filter) { benchmark_sink(filter.words()[0]); }
 
 // The key of the protocol-2 rows: fixed, so runs compare; a benchmark's key
 // guards nothing.
@@ -244,7 +282,7 @@ BuildOptions build_options(std::uint32_t protocol) {
 // carries, the ceiling of the CUDA rows (their digests start in host memory);
 // 0 without CUDA.
 Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint32_t>& protocols,
-                          const std::vector<Backend>& backends,
+                          const std::vector<BenchCase>& cases,
                           const std::vector<unsigned>& thread_counts, unsigned repetitions,
                           double fpp, double copy_rate, std::vector<Row>& rows) {
   const BloomSpec spec{scenario.n, fpp};
@@ -253,8 +291,9 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
   const std::uint64_t batch = std::min(scenario.n, kBatch);
 
   // The filters the queries run against, one per protocol: all n members,
-  // built once (SIMD, all cores).
+  // built once (SIMD, all cores, on the target in use before any case).
   apply_threads(0);
+  const std::string target_in_use = simd_target_name();
   std::vector<Filter> filters;
   for (const std::uint32_t protocol : protocols) {
     auto builder = FilterBuilder::create(spec, build_options(protocol));
@@ -287,15 +326,16 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
     // arena's concurrency, which a global_control limit alone leaves at all
     // cores.
     tbb::task_arena arena(static_cast<int>(threads));
-    // Repetitions interleave the protocols and backends, so a burst of noise
-    // from other processes hits all of them alike; the first round only
-    // warms up. times[(p * backends + b) * 3 + operation].
+    // Repetitions interleave the protocols and cases (backends, SIMD
+    // targets), so a burst of noise from other processes hits all of them
+    // alike; the first round only warms up. times[(p * cases + b) * 3 +
+    // operation].
     std::vector<double> load_times;
     std::vector<std::vector<double>> line_times(kDistanceCount);
-    std::vector<std::vector<double>> times(protocols.size() * backends.size() * 3);
+    std::vector<std::vector<double>> times(protocols.size() * cases.size() * 3);
     // The false positives of each protocol and backend's last absent batch
     // (counted outside the timed region).
-    std::vector<std::int64_t> false_positives(protocols.size() * backends.size(), 0);
+    std::vector<std::int64_t> false_positives(protocols.size() * cases.size(), 0);
     // Seconds of one query of `digests` (the batch): a batch below kBatch
     // (the l2 scenario's 100,000 digests, 0.3 ms) is asked once untimed and
     // then query_calls times in a row, so its time is the filter's from its
@@ -327,8 +367,14 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
       }
       for (std::size_t p = 0; p < protocols.size(); ++p) {
         const Filter& filter = filters[p];
-        for (std::size_t b = 0; b < backends.size(); ++b) {
-          const Backend backend = backends[b];
+        for (std::size_t b = 0; b < cases.size(); ++b) {
+          const Backend backend = cases[b].backend;
+          if (!cases[b].simd_target.empty()) {
+            if (auto used = use_simd_target(cases[b].simd_target); !used) {
+              return std::unexpected(used.error());
+            }
+            benchmark_sink(simd_target_name().size());  // dispatch chosen outside the timing
+          }
           // build: `batch` members into a fresh bitset of the scenario's
           // size, from create() to the finished Filter (lanes merged,
           // buckets applied).
@@ -350,13 +396,13 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           const double query_absent = timed_query(filter, backend, absent, done);
           if (!done) return std::unexpected(done.error());
           if (rep == repetitions) {
-            false_positives[p * backends.size() + b] =
+            false_positives[p * cases.size() + b] =
                 static_cast<std::int64_t>(std::ranges::count(answers, Answer::kMaybe));
           }
           const double query_present = timed_query(filter, backend, present, done);
           if (!done) return std::unexpected(done.error());
           if (rep > 0) {
-            const std::size_t at = (p * backends.size() + b) * 3;
+            const std::size_t at = (p * cases.size() + b) * 3;
             times[at].push_back(build);
             times[at + 1].push_back(query_absent);
             times[at + 2].push_back(query_present);
@@ -364,6 +410,9 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
         }
       }
     }
+    // Back to the target the scenario found, for its next thread count and
+    // the next scenario's filters.
+    if (auto used = use_simd_target(target_in_use); !used) return std::unexpected(used.error());
     const double load_ns = median(load_times) * 1e9 / static_cast<double>(ceiling.loads());
     // The best prefetch distance: the one whose median pass was fastest.
     std::size_t best = 0;
@@ -385,9 +434,14 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
     for (std::size_t p = 0; p < protocols.size(); ++p) {
       const double fill = filters[p].fill_ratio();
       const double estimated_fpp = filters[p].estimate_false_positive_rate();
-      for (std::size_t b = 0; b < backends.size(); ++b) {
+      for (std::size_t b = 0; b < cases.size(); ++b) {
+        const Backend backend = cases[b].backend;
+        const std::string target =
+            cases[b].simd_target.empty()
+                ? (backend == Backend::kSimd ? target_in_use : target_of(backend))
+                : cases[b].simd_target;
         for (std::size_t op = 0; op < 3; ++op) {
-          const std::size_t at = (p * backends.size() + b) * 3 + op;
+          const std::size_t at = (p * cases.size() + b) * 3 + op;
           const double ns = median(times[at]) * 1e9 / static_cast<double>(batch);
           // Random lines a digest reads: k to build or to confirm a member,
           // about 1 / (1 - fill) to rule out a non-member (it stops at its
@@ -395,9 +449,9 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           // instead.
           const double reads = op == 1 ? 1.0 / (1.0 - fill) : layout->hash_count;
           const double fraction =
-              backends[b] == Backend::kCuda ? 1e9 / ns / copy_rate : reads * line_ns / ns;
-          rows.push_back({std::string(to_string(backends[b])), target_of(backends[b]), protocols[p],
-                          threads, scenario.name, batch, layout->bit_count, layout->hash_count,
+              backend == Backend::kCuda ? 1e9 / ns / copy_rate : reads * line_ns / ns;
+          rows.push_back({std::string(to_string(backend)), target, protocols[p], threads,
+                          scenario.name, batch, layout->bit_count, layout->hash_count,
                           kOperations[op], 1e9 / ns, ns, fraction});
           Row& row = rows.back();
           row.has_filter = true;
@@ -405,7 +459,7 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           row.target_fpp = fpp;
           row.fill_ratio = fill;
           row.estimated_fpp = estimated_fpp;
-          if (op == 1) row.false_positives = false_positives[p * backends.size() + b];
+          if (op == 1) row.false_positives = false_positives[p * cases.size() + b];
         }
       }
     }
@@ -438,6 +492,36 @@ int run_bench(const BenchOptions& options) {
     if (!resolved) return report("bench", resolved.error());
     backends = {*resolved};
   }
+  // The SIMD engine once per target asked for, in the order listed.
+  std::vector<BenchCase> cases;
+  for (const Backend backend : backends) {
+    if (backend != Backend::kSimd || options.simd_targets.empty()) {
+      cases.push_back({backend, ""});
+      continue;
+    }
+    std::vector<std::string> targets;
+    if (options.simd_targets == "all") {
+      targets = simd_compiled_targets();
+    } else {
+      // Each name checked by choosing it, then the target in use again.
+      const std::string in_use = simd_target_name();
+      std::istringstream names(options.simd_targets);
+      for (std::string name; std::getline(names, name, ',');) {
+        if (name.empty()) continue;
+        if (auto known = use_simd_target(name); !known) {
+          return usage_error("bench", "--simd-target: " + known.error().message);
+        }
+        targets.push_back(name);
+      }
+      if (auto used = use_simd_target(in_use); !used) return report("bench", used.error());
+    }
+    for (auto& target : targets) cases.push_back({backend, std::move(target)});
+  }
+  if (!options.simd_targets.empty() &&
+      std::ranges::none_of(cases, [](const BenchCase& c) { return !c.simd_target.empty(); })) {
+    return usage_error("bench", "--simd-target measures the simd backend, which --backend " +
+                                    options.backend + " leaves out");
+  }
   std::vector<std::uint32_t> protocols;
   if (options.protocol == "all") {
     protocols = {probe::kProtocolUnkeyed, probe::kProtocolKeyed};
@@ -464,12 +548,15 @@ int run_bench(const BenchOptions& options) {
       std::fprintf(stderr, "abf bench: %s (n = %s, p = %g)...\n", scenario.name,
                    with_commas(scenario.n).c_str(), options.fpp);
     }
-    if (auto done = run_scenario(scenario, protocols, backends, thread_counts, options.repetitions,
+    if (auto done = run_scenario(scenario, protocols, cases, thread_counts, options.repetitions,
                                  options.fpp, copy_rate, rows);
         !done) {
       return report("bench", done.error());
     }
   }
+  const std::string cpu = cpu_name();
+  const std::string family_model = cpu_family_model();
+  const std::string flags = cpu_vector_flags();
   if (options.json) {
     nlohmann::json results = nlohmann::json::array();
     for (const auto& row : rows) {
@@ -477,6 +564,9 @@ int run_bench(const BenchOptions& options) {
       if (row.protocol != 0) protocol = row.protocol;
       results.push_back({{"backend", row.backend},
                          {"target", row.target},
+                         {"cpu", cpu},
+                         {"cpu_family_model", family_model},
+                         {"cpu_flags", flags},
                          {"hash_protocol_version", protocol},
                          {"threads", row.threads},
                          {"scenario", row.scenario},
@@ -503,14 +593,18 @@ int run_bench(const BenchOptions& options) {
             static_cast<double>(row.false_positives) / static_cast<double>(row.items);
       }
     }
-    const nlohmann::json out = {{"cpu", cpu_name()},
+    const nlohmann::json out = {{"cpu", cpu},
+                                {"cpu_family_model", family_model},
+                                {"cpu_flags", flags},
                                 {"simd_target", simd_target_name()},
                                 {"hardware_threads", hardware_threads()},
                                 {"repetitions", options.repetitions},
                                 {"results", results}};
     std::cout << out.dump(2) << '\n';
   } else {
-    std::printf("cpu: %s, SIMD target: %s\n", cpu_name().c_str(), simd_target_name().c_str());
+    std::printf("cpu: %s (family/model %s; %s), SIMD target: %s\n", cpu.c_str(),
+                family_model.c_str(), flags.empty() ? "no AVX2" : flags.c_str(),
+                simd_target_name().c_str());
     print_table(rows);
   }
   return kExitOk;
@@ -540,11 +634,16 @@ Command add_bench_command(CLI::App& root) {
       "benchmark key); all runs both, interleaved, so their ratio is measured side by side.\n"
       "--json rows of a filter also carry its bits_per_key, fill_ratio and estimated_fpp;\n"
       "query_absent rows the observed_fpp (false_positives of the non-members asked).\n"
+      "--simd-target runs the simd rows once per Highway target named (comma-separated, or\n"
+      "all: every target this CPU runs, as in `abf --version`), interleaved, so an AVX-512\n"
+      "machine measures its AVX2 path too; ABF_SIMD_TARGET=AVX2 does the same for any\n"
+      "command. JSON rows name the cpu, its family/model and vector flags, and the target.\n"
       "scripts/plots draws PNGs from one or more --json outputs (one per machine).\n"
       "Examples:\n"
       "  abf bench --scenario l2\n"
       "  abf bench --scenario llc --protocol all --threads 1\n"
       "  abf bench --scenario dram --backend simd --threads 1 --json\n"
+      "  abf bench --backend simd --simd-target all --threads 1\n"
       "  abf bench --scenario l2 --fpp 0.001 --repetitions 1 --json > l2-p0.001.json");
   app->add_option("--scenario", options->scenario, "l2, llc, dram or all (default all)")
       ->check(CLI::IsMember({"l2", "llc", "dram", "all"}));
@@ -563,6 +662,9 @@ Command add_bench_command(CLI::App& root) {
                   "Target false-positive rate of every scenario's filter (default 0.01)")
       ->check(real_validator(1e-9, 0.5, "the false-positive rate of every scenario"));
   app->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  app->add_option("--simd-target", options->simd_targets,
+                  "Highway targets of the simd rows: all, or names such as AVX3_DL,AVX2\n"
+                  "(default: the best this CPU runs, or ABF_SIMD_TARGET)");
   // Not add_threads_option: the default here is two thread counts.
   app->add_option("--threads", options->threads,
                   "Worker threads of every case (default: each case at 1 thread and at every\n"

@@ -86,6 +86,9 @@ std::optional<std::string> unknown_option(const CLI::App& root);
 // same name), else nothing. Every command checks it (main.cpp): the two
 // mean the same thing and fail the same way.
 std::optional<std::string> backend_environment_error();
+// Applies ABF_SIMD_TARGET (a Highway target name, or "best") to the SIMD
+// engine; the usage error when it names no target this CPU and build run.
+std::optional<std::string> apply_simd_target_environment();
 
 // ---------------------------------------------------------------------------
 // Standard streams. `-` is standard input or output on every path argument

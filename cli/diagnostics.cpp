@@ -170,6 +170,13 @@ std::optional<std::string> backend_environment_error() {
   return "ABF_BACKEND: " + std::string(forced) + " not in {" + list + "}";
 }
 
+std::optional<std::string> apply_simd_target_environment() {
+  const char* forced = std::getenv("ABF_SIMD_TARGET");
+  if (forced == nullptr || *forced == '\0') return std::nullopt;
+  if (auto used = use_simd_target(forced); !used) return "ABF_SIMD_TARGET: " + used.error().message;
+  return std::nullopt;
+}
+
 bool is_spec_error(ErrorCode code) noexcept {
   return code == ErrorCode::kInvalidExpectedItemCount ||
          code == ErrorCode::kInvalidFalsePositiveRate || code == ErrorCode::kFilterTooLarge;

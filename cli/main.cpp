@@ -131,6 +131,11 @@ int main(int argc, char** argv) {
     if (auto bad = abf::cli::backend_environment_error()) {
       return abf::cli::usage_error(parsed_path(app), *bad);
     }
+    // ABF_SIMD_TARGET runs the SIMD engine on a lesser target (AVX2 on an
+    // AVX-512 CPU), for measuring it; every target answers alike.
+    if (auto bad = abf::cli::apply_simd_target_environment()) {
+      return abf::cli::usage_error(parsed_path(app), *bad);
+    }
     const int status = command.run();
     // Whatever a command printed through std::cout or stdio is flushed
     // here: a lost standard output is a failure, never a success.

@@ -129,4 +129,12 @@ extern const Engine kSimdEngine{
 std::string simd_target_name() { return simd::target_name(); }
 std::vector<std::string> simd_compiled_targets() { return simd::compiled_targets(); }
 
+Result<void> use_simd_target(std::string_view name) {
+  if (simd::use_target(name)) return {};
+  std::string known = "best";
+  for (const auto& target : simd::compiled_targets()) known += ", " + target;
+  return fail(ErrorCode::kInvalidArgument, "unknown SIMD target '" + std::string(name) +
+                                               "' (this CPU and build run: " + known + ")");
+}
+
 }  // namespace abf

@@ -312,8 +312,7 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
                                       std::uint32_t probes, bool prefetch, bool contiguous,
                                       const std::uint64_t* HWY_RESTRICT state,
                                       const std::uint64_t* HWY_RESTRICT step, std::size_t active,
-                                      Answer* HWY_RESTRICT answers,
-                                      simd::detail::BlockState& block,
+                                      Answer* HWY_RESTRICT answers, simd::detail::BlockState& block,
                                       bool step_by_slot = false) {
   using simd::detail::kPositionMask;
   using simd::detail::kStraight;
@@ -389,29 +388,55 @@ HWY_INLINE std::size_t FinishStraight(const std::uint64_t* HWY_RESTRICT words, s
   return maybe;
 }
 
-// AVX-512 gathers: the compaction rounds in vectors (VectorRound), at every
-// filter size. Elsewhere the scalar round: AVX2's gathers and the emulated
-// ones lose to scalar loads (docs/performance.md, issue 17).
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// The compaction rounds in vectors (VectorRound) on AVX-512, with its
+// gathers, and on AVX2, with four scalar loads a vector (AVX2's gathers and
+// the emulated ones lost to scalar loads, 3x absent and 7x present:
+// docs/performance.md, issue 17). Elsewhere (SSE4, SSSE3, EMU128, SCALAR) the
+// scalar round.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
 inline constexpr bool kVectorRounds = true;
 #else
 inline constexpr bool kVectorRounds = false;
 #endif
 
+#if HWY_TARGET == HWY_AVX2
+// AVX2's left-pack of four u64 lanes (there is no compress instruction):
+// for each 4-bit mask of lanes kept, the vpermd u32 indices that move those
+// lanes to the front, in order. Static, unlike Highway 1.0.3's own table, a
+// local constexpr array that GCC copies onto the stack (512 bytes, rep movsq)
+// at every CompressStore: that copy took 36% of an absent query at l2.
+alignas(32) inline constexpr std::uint32_t kLeftPack4[16][8] = {
+    {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5, 6, 7}, {2, 3, 0, 1, 4, 5, 6, 7},
+    {0, 1, 2, 3, 4, 5, 6, 7}, {4, 5, 0, 1, 2, 3, 6, 7}, {0, 1, 4, 5, 2, 3, 6, 7},
+    {2, 3, 4, 5, 0, 1, 6, 7}, {0, 1, 2, 3, 4, 5, 6, 7}, {6, 7, 0, 1, 2, 3, 4, 5},
+    {0, 1, 6, 7, 2, 3, 4, 5}, {2, 3, 6, 7, 0, 1, 4, 5}, {0, 1, 2, 3, 6, 7, 4, 5},
+    {4, 5, 6, 7, 0, 1, 2, 3}, {0, 1, 4, 5, 6, 7, 2, 3}, {2, 3, 4, 5, 6, 7, 0, 1},
+    {0, 1, 2, 3, 4, 5, 6, 7}};
+#endif
+
 // One compaction round of QueryBlock in vectors: a lane per probe, the
-// words gathered, each probe's next state and its step compress-stored to
-// the front when its bit is set. The steps move with the states (step is
-// by slot, not by digest id, afterwards). Returns the survivors. Compress
-// stores write whole vectors at `kept` <= t, over entries already loaded.
-// Measured in the engine, one thread, AVX3_DL (abf bench, medians of four
-// alternating runs): llc query_absent 7.10 -> 6.56 ns, query_present
-// 12.19 -> 11.59 ns; dram unchanged (10.1 / 10.0 ns). At l2, BM_ProbeQuery
-// (the filter resident, medians of 7, four alternating runs) 3.15-3.29 ->
-// 2.57-2.82 ns; the 4% loss first measured there was abf bench timing one
-// 0.3 ms call right after a build, before the filter was back in L2.
-// Compress stores to memory: Compress and a whole-vector StoreU measured
-// 4x slower at l2 and 2x at llc (Highway 1.0.3's table permute), and the
-// native vpcompressq into a register 20% slower at l2.
+// words gathered, each probe's next state and its step compressed to the
+// front when its bit is set. The steps move with the states (step is by
+// slot, not by digest id, afterwards). Returns the survivors. Each vector
+// writes a whole vector at `kept` <= t, over entries already loaded.
+//
+// The compress, by target and CPU (simd::CompressForm):
+// - AVX-512, kRegisterCompress false: vpcompressq straight to memory.
+//   Measured on a Zen 5 EPYC (family 26; AVX3_DL, abf bench, medians of
+//   four alternating runs): llc query_absent 7.10 -> 6.56 ns against the
+//   scalar round, query_present 12.19 -> 11.59 ns, dram unchanged; at l2
+//   (BM_ProbeQuery) 3.15-3.29 -> 2.57-2.82 ns. There Highway's Compress and
+//   a whole-vector StoreU measured 4x slower at l2 and 2x at llc (its table
+//   permute), the native vpcompressq into a register 20% slower at l2.
+// - AVX-512, kRegisterCompress true: vpcompressq into a register and a
+//   whole-vector store. Zen 4 runs the memory form in microcode: on a Zen 4
+//   EPYC (family 25, model 17) query_absent took 14-17 ns at l2 with it and
+//   4.1-5.2 with this (docs/performance.md), so Zen 4 takes this one.
+// - AVX2: four scalar loads make the vector of words, and the left-pack
+//   table above packs the states and steps (vpermd). Measured on the same
+//   EPYC with ABF_SIMD_TARGET=AVX2: l2 query_absent 5.9-6.2 -> 4.1-5.2 ns
+//   against the scalar round.
+template <bool kRegisterCompress>
 HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std::uint64_t m,
                                    bool prefetch, std::size_t distance,
                                    std::uint64_t* HWY_RESTRICT state,
@@ -444,13 +469,46 @@ HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std:
     const auto s = hn::LoadU(d, state + t);
     const auto st = hn::LoadU(d, step + t);
     const auto position = hn::And(s, position_mask);
+#if HWY_TARGET == HWY_AVX2
+    // Four scalar loads, each from a 32-bit load of the position and a
+    // shift, into one vector (vmovq, vpinsrq, vinserti128).
+    static_assert(sizeof(long long) == sizeof(std::uint64_t));
+    const auto word_at = [&](std::size_t l) ABF_INLINE_LAMBDA {
+      return static_cast<long long>(words[static_cast<std::uint32_t>(state[t + l]) >> 6]);
+    };
+    const hn::VFromD<decltype(d)> word{
+        _mm256_set_epi64x(word_at(3), word_at(2), word_at(1), word_at(0))};
+    (void)di;
+#else
     const auto word = hn::GatherIndex(d, words, hn::BitCast(di, hn::ShiftRight<6>(position)));
+#endif
     const auto keep = hn::Ne(hn::And(hn::Shr(word, hn::And(position, bit_of)), one), hn::Zero(d));
     auto next = hn::Add(s, st);
     // probe::advance on the low half: next - m when the position reached m.
     next = hn::IfThenElse(hn::Lt(hn::And(next, position_mask), vm), next, hn::Sub(next, vm));
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kRegisterCompress) {
+      // Highway 1.0.3 has no name for the register form (its Compress is a
+      // table permute), hence the intrinsic.
+      using V = hn::VFromD<decltype(d)>;
+      hn::StoreU(V{_mm512_maskz_compress_epi64(keep.raw, st.raw)}, d, step + kept);
+      hn::StoreU(V{_mm512_maskz_compress_epi64(keep.raw, next.raw)}, d, state + kept);
+      kept += hn::CountTrue(d, keep);
+      continue;
+    }
+#endif
+#if HWY_TARGET == HWY_AVX2
+    const auto kept_lanes = static_cast<unsigned>(hn::detail::BitsFromMask(keep));
+    const hn::Indices256<std::uint32_t> pack{
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kLeftPack4[kept_lanes]))};
+    const hn::Repartition<std::uint32_t, decltype(d)> d32;
+    hn::StoreU(hn::BitCast(d, hn::TableLookupLanes(hn::BitCast(d32, st), pack)), d, step + kept);
+    hn::StoreU(hn::BitCast(d, hn::TableLookupLanes(hn::BitCast(d32, next), pack)), d, state + kept);
+    kept += static_cast<std::size_t>(__builtin_popcount(kept_lanes));
+#else
     hn::CompressStore(st, keep, d, step + kept);
     kept += hn::CompressStore(next, keep, d, state + kept);
+#endif
   }
   for (; t < active; ++t) {
     const std::uint64_t s = state[t];
@@ -474,17 +532,17 @@ HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std:
 // of members), compaction no longer pays: the survivors then run their
 // remaining probes straight through, one digest at a time, without a branch.
 //
-// On AVX-512 targets the compaction rounds run in vectors (VectorRound: a
-// gather and two compress stores per vector of probes). Elsewhere they are
-// scalar: AVX2's gathers and emulated ones measured 3x (absent) to 7x
-// (present) slower here than scalar loads (docs/performance.md). The
-// straight finish is scalar everywhere. `next_digests`: the next block's
-// next_count digests, prefetched while this block's starts are computed.
+// On AVX-512 and AVX2 targets the compaction rounds run in vectors
+// (VectorRound, in the `compress` form the CPU runs best); elsewhere they are
+// scalar. The straight finish is scalar everywhere. `next_digests`: the next
+// block's next_count digests, prefetched while this block's starts are
+// computed.
 template <class Hash>
 HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
                            const simd::ModConstants& constants, const Digest* digests,
                            std::size_t count, const Digest* next_digests, std::size_t next_count,
-                           Answer* answers, simd::detail::BlockState& block, bool& members) {
+                           Answer* answers, simd::detail::BlockState& block, bool& members,
+                           simd::CompressForm compress) {
   using simd::detail::kPositionMask;
   std::uint64_t* HWY_RESTRICT state = block.state;
   // By digest index; by slot once a VectorRound has compacted it.
@@ -511,7 +569,8 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
     return;
   }
   ComputeStarts(
-      hash, constants, digests, count, step, [state](auto dn, std::size_t i, auto first) {
+      hash, constants, digests, count, step,
+      [state](auto dn, std::size_t i, auto first) {
         // Digest index i + lane in the high half of each state word.
         hn::StoreU(hn::Or(first, hn::ShiftLeft<32>(hn::Iota(dn, static_cast<std::uint64_t>(i)))),
                    dn, state + i);
@@ -529,7 +588,10 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
       }
     }
     if (kVectorRounds) {
-      const std::size_t kept = VectorRound(words, m, prefetch, distance, state, step, active);
+      const std::size_t kept =
+          compress == simd::CompressForm::kRegister
+              ? VectorRound<true>(words, m, prefetch, distance, state, step, active)
+              : VectorRound<false>(words, m, prefetch, distance, state, step, active);
       ++round;
       active = kept;
       if (4 * kept > 3 * count && round < k) break;  // mostly members

@@ -3,10 +3,17 @@
 // to the best one this CPU supports. Layout after hwy/examples/skeleton.cc (1.0.3).
 #include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "probe_simd.h"
@@ -48,13 +55,14 @@ void QueryBatch(const probe::FilterView& view, const Digest* digests, std::size_
                 Answer* answers) {
   const auto constants = simd::ModConstants::of(view.bit_count);
   simd::detail::BlockState& block = simd::detail::thread_scratch();
+  const simd::CompressForm compress = simd::compress_form();
   WithHash(view, [&](const auto& hash) {
     bool members = false;  // whether the last block was mostly members
     for (std::size_t begin = 0; begin < count; begin += simd::detail::kBlock) {
       const std::size_t n = std::min(simd::detail::kBlock, count - begin);
       const std::size_t next = std::min(simd::detail::kBlock, count - begin - n);
       QueryBlock(view, hash, constants, digests + begin, n, digests + begin + n, next,
-                 answers + begin, block, members);
+                 answers + begin, block, members, compress);
     }
   });
 }
@@ -187,12 +195,73 @@ void reduce_batch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t c
 
 std::string target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
+namespace {
+
+// Every target compiled in that this CPU supports, best first (lower bits are
+// better targets in Highway): taken once, before any use_target, so the list
+// stays whole whichever target runs.
+const std::vector<std::int64_t>& supported_targets() {
+  static const std::vector<std::int64_t> targets = [] {
+    std::vector<std::int64_t> all = hwy::SupportedAndGeneratedTargets();
+    std::sort(all.begin(), all.end());
+    return all;
+  }();
+  return targets;
+}
+
+}  // namespace
+
+namespace {
+
+// kMemory, kRegister, or kAuto for the CPU's choice (compress_form()).
+std::atomic<simd::CompressForm> forced_compress{simd::CompressForm::kAuto};
+
+}  // namespace
+
+CompressForm compress_form() noexcept {
+  const CompressForm forced = forced_compress.load(std::memory_order_relaxed);
+  if (forced != CompressForm::kAuto) return forced;
+  // Zen 4 (AMD family 25; Zen 3, the same family, has no AVX-512) runs
+  // vpcompressq to memory in microcode; Zen 5 (family 26) and Intel do not.
+  // See VectorRound.
+  static const CompressForm by_cpu = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__builtin_cpu_is("amd") || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) {
+      return CompressForm::kMemory;
+    }
+    const unsigned family = ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);
+    return family == 25 ? CompressForm::kRegister : CompressForm::kMemory;
+#else
+    return CompressForm::kMemory;  // no AVX-512 target: unused
+#endif
+  }();
+  return by_cpu;
+}
+
+void force_compress_form(CompressForm form) noexcept {
+  forced_compress.store(form, std::memory_order_relaxed);
+}
+
 std::vector<std::string> compiled_targets() {
   std::vector<std::string> names;
-  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    names.emplace_back(hwy::TargetName(target));
-  }
+  for (const std::int64_t target : supported_targets()) names.emplace_back(hwy::TargetName(target));
   return names;
+}
+
+bool use_target(std::string_view name) {
+  const std::vector<std::int64_t>& targets = supported_targets();
+  std::int64_t disabled = 0;
+  if (name != "best") {
+    const auto it = std::find_if(targets.begin(), targets.end(), [name](std::int64_t target) {
+      return name == hwy::TargetName(target);
+    });
+    if (it == targets.end()) return false;
+    disabled = *it - 1;  // every better target
+  }
+  hwy::DisableTargets(disabled);
+  return true;
 }
 
 }  // namespace abf::simd

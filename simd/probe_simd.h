@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abf/digest.hpp"
@@ -43,8 +44,25 @@ void scatter_positions(const probe::Scheme& scheme, std::uint64_t* words, const 
                        std::size_t count, const PositionBuckets& buckets) noexcept;
 // Name of the Highway target query_batch dispatches to now.
 std::string target_name();
-// Names of every target compiled in and supported by this CPU.
+// Names of every target compiled in and supported by this CPU, best first
+// (whatever use_target chose).
 std::vector<std::string> compiled_targets();
+// How the AVX-512 query rounds pack the digests still `maybe` (VectorRound
+// in probe_simd-inl.h): vpcompressq straight to memory (the faster on Zen 5)
+// or into a register and then stored (Zen 4 runs the memory form in
+// microcode, 3-4x slower). Other targets ignore it.
+enum class CompressForm : unsigned char { kAuto, kMemory, kRegister };
+// The form queries use now: the forced one, else by CPU (kRegister on Zen 4).
+// Never kAuto.
+CompressForm compress_form() noexcept;
+// For tests and measurements: both forms answer alike. kAuto: by CPU again.
+void force_compress_form(CompressForm form) noexcept;
+
+// Runs the engine on the named target from now on ("best": the CPU's best
+// again) by disabling the better ones (hwy::DisableTargets). False, changing
+// nothing, when `name` is not one of compiled_targets(). Not while a batch
+// runs on another thread: dispatch reads the choice without a lock.
+bool use_target(std::string_view name);
 
 // Exact x mod m for any 64-bit x and m = 64 * m', m' = m / 64 in [1, 2^24]
 // (every bit count the protocol allows), in lanes that have no 64-bit

@@ -2,10 +2,13 @@
 // every backend, operation and thread count, with plausible values.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <cstdint>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -105,6 +108,81 @@ TEST(SimdBenchCli, DefaultReportsOneThreadAndAllCores) {
   if (threads.size() == 2) {
     EXPECT_GT(*threads.rbegin(), 1);
   }
+}
+
+// The targets `abf --version` lists ("simd targets: AVX3_DL AVX3 ..."), best first.
+std::vector<std::string> version_targets() {
+  const CliRun run = run_abf("--version");
+  EXPECT_EQ(run.status, 0) << run.err;
+  const std::string label = "simd targets:";
+  const auto at = run.out.find(label);
+  EXPECT_NE(at, std::string::npos) << run.out;
+  if (at == std::string::npos) return {};
+  const auto end = run.out.find('\n', at);
+  std::istringstream line(run.out.substr(at + label.size(), end - at - label.size()));
+  std::vector<std::string> targets;
+  for (std::string name; line >> name;) targets.push_back(name);
+  return targets;
+}
+
+// --simd-target all: the simd rows once per target this CPU runs, each with
+// its three operations, every row naming the CPU; the top-level target is
+// still the best.
+TEST(SimdBenchCli, EveryTargetInOneRunWithTheCpuOnEveryRow) {
+  const auto targets = version_targets();
+  ASSERT_FALSE(targets.empty());
+  const CliRun run = run_abf(
+      "bench --scenario l2 --backend simd --threads 1 --repetitions 1 --simd-target all --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json.at("simd_target"), targets.front());
+  EXPECT_FALSE(json.at("cpu_family_model").get<std::string>().empty());
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& row : json.at("results")) {
+    EXPECT_EQ(row.at("cpu"), json.at("cpu"));
+    EXPECT_EQ(row.at("cpu_family_model"), json.at("cpu_family_model"));
+    EXPECT_EQ(row.at("cpu_flags"), json.at("cpu_flags"));
+    if (row.at("backend") != "simd") continue;
+    seen.insert({row.at("target").get<std::string>(), row.at("operation").get<std::string>()});
+  }
+  EXPECT_EQ(seen.size(), 3 * targets.size());
+  for (const auto& target : targets) {
+    for (const char* operation : {"build", "query_absent", "query_present"}) {
+      EXPECT_TRUE(seen.count({target, operation})) << target << " " << operation;
+    }
+  }
+}
+
+// ABF_SIMD_TARGET picks the target for any command; a name this CPU does
+// not run is a usage error naming the ones it does, as is --simd-target
+// without the simd backend.
+TEST(SimdBenchCli, TheTargetCanBeChosenAndAWrongOneIsAUsageError) {
+  const auto targets = version_targets();
+  ASSERT_FALSE(targets.empty());
+  const std::string last = targets.back();
+  ::setenv("ABF_SIMD_TARGET", last.c_str(), 1);
+  const CliRun chosen =
+      run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions 1 --json");
+  ::setenv("ABF_SIMD_TARGET", "NO_SUCH_TARGET", 1);
+  const CliRun wrong_env = run_abf("bench --scenario l2 --backend simd --repetitions 1");
+  ::unsetenv("ABF_SIMD_TARGET");
+  ASSERT_EQ(chosen.status, 0) << chosen.err;
+  const auto json = nlohmann::json::parse(chosen.out);
+  EXPECT_EQ(json.at("simd_target"), last);
+  for (const auto& row : json.at("results")) {
+    if (row.at("backend") == "simd") EXPECT_EQ(row.at("target"), last);
+  }
+  EXPECT_EQ(wrong_env.status, 2);
+  EXPECT_NE(wrong_env.err.find("ABF_SIMD_TARGET"), std::string::npos) << wrong_env.err;
+  EXPECT_NE(wrong_env.err.find(targets.front()), std::string::npos) << wrong_env.err;
+
+  const CliRun wrong = run_abf("bench --scenario l2 --backend simd --simd-target AVX9");
+  EXPECT_EQ(wrong.status, 2);
+  EXPECT_NE(wrong.err.find("AVX9"), std::string::npos) << wrong.err;
+  EXPECT_TRUE(wrong.out.empty());
+  const CliRun scalar_only = run_abf("bench --scenario l2 --backend scalar --simd-target " + last);
+  EXPECT_EQ(scalar_only.status, 2);
+  EXPECT_NE(scalar_only.err.find("simd backend"), std::string::npos) << scalar_only.err;
 }
 
 TEST(SimdBenchCli, RejectsAnUnknownScenario) {

@@ -218,6 +218,33 @@ TEST(SimdTargets, CompilesTheBaselineAndTheBestTarget) {
   EXPECT_EQ(simd_target_name(), simd::target_name());
 }
 
+// The engine's own switch (simd::use_target, behind abf::use_simd_target,
+// ABF_SIMD_TARGET and abf bench --simd-target): each target by name, the
+// list unchanged whichever runs, a name not in it refused without effect,
+// and "best" back to the first.
+TEST(SimdTargets, UseTargetRunsEachTargetByNameAndBestRestores) {
+  const auto targets = simd::compiled_targets();
+  ASSERT_FALSE(targets.empty());
+  for (const auto& name : targets) {
+    ASSERT_TRUE(simd::use_target(name)) << name;
+    EXPECT_EQ(simd::target_name(), name);
+    EXPECT_EQ(simd::compiled_targets(), targets) << "after choosing " << name;
+    EXPECT_FALSE(simd::use_target("NO_SUCH_TARGET"));
+    EXPECT_EQ(simd::target_name(), name) << "a refused name changed the target";
+  }
+  ASSERT_TRUE(simd::use_target("best"));
+  EXPECT_EQ(simd::target_name(), targets.front());
+  const auto refused = use_simd_target("NO_SUCH_TARGET");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find(targets.front()), std::string::npos)
+      << "the error lists the targets: " << refused.error().message;
+  ASSERT_TRUE(use_simd_target(targets.back()).has_value());
+  EXPECT_EQ(simd_target_name(), targets.back());
+  ASSERT_TRUE(use_simd_target("best").has_value());
+  EXPECT_EQ(simd_target_name(), targets.front());
+}
+
 TEST_P(SimdEngineTest, DispatchesToTheForcedTarget) {
   EXPECT_EQ(simd::target_name(), hwy::TargetName(target()));
 }
@@ -497,6 +524,38 @@ TEST_P(SimdEngineTest, RunsOfMembersAndNonMembersInOneBatch) {
           << "m " << m << " k " << k;
     }
   }
+}
+
+// The two ways the AVX-512 rounds pack their survivors (to memory; through
+// a register, the default on Zen 4) answer alike,
+// on this target's kernels, whichever the CPU would pick: random fills at
+// every density, runs of members and non-members, batch sizes around the
+// lane count and the block. Other targets take neither, and must agree too.
+TEST_P(SimdEngineTest, EitherCompressFormAnswersAsScalar) {
+  EXPECT_NE(simd::compress_form(), simd::CompressForm::kAuto);
+  for (const auto form : {simd::CompressForm::kMemory, simd::CompressForm::kRegister}) {
+    simd::force_compress_form(form);
+    EXPECT_EQ(simd::compress_form(), form);
+    for (const std::uint64_t m : {std::uint64_t{64 * 1001}, std::uint64_t{9592960}}) {
+      for (const std::uint32_t k : {1u, 3u, 7u, 13u}) {
+        const auto members = test::random_digests(3000, m + k);
+        auto batch = test::random_digests(6000, m + k + 7);
+        batch.insert(batch.begin() + 1000, members.begin(), members.end());
+        const auto adversarial = adversarial_digests(m);
+        batch.insert(batch.end(), adversarial.begin(), adversarial.end());
+        auto words = random_bitset(m, ors_for(k), m + k);
+        scalar::insert_batch(scheme(m, k), words.data(), members.data(), members.size());
+        const probe::FilterView view = probe::make_view(words.data(), scheme(m, k));
+        for (const std::size_t n :
+             {std::size_t{1}, std::size_t{9}, std::size_t{1023}, std::size_t{1025}, batch.size()}) {
+          ASSERT_EQ(simd_answers(view, batch.data(), n), scalar_answers(view, batch.data(), n))
+              << "form " << static_cast<int>(form) << " m " << m << " k " << k << " n " << n;
+        }
+      }
+    }
+  }
+  simd::force_compress_form(simd::CompressForm::kAuto);
+  EXPECT_NE(simd::compress_form(), simd::CompressForm::kAuto);
 }
 
 TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
