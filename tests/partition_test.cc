@@ -1,4 +1,4 @@
-// The partitioned build (core/src/partition.cpp) against the scalar
+// The partitioned build (simd/partition.cpp) against the scalar
 // reference: the bitset may not depend on the slot or thread count, the
 // bucket range, the round size, how the digests arrive in add() calls, or
 // whether positions went through a bucket or overflowed into the words.
@@ -14,9 +14,11 @@
 #include "abf/layout.hpp"
 #include "abf/snapshot.hpp"
 #include "kernels.hpp"
+#include "parallel.hpp"
 #include "partition.hpp"
 #include "test_support.hpp"
 #include "thread_support.hpp"
+#include "words_pool.hpp"
 
 namespace abf {
 namespace {
@@ -283,6 +285,40 @@ TEST(PartitionedBuild, ReleasingTheCachedBuffersFreesTheBucketsAndLaterBuildsSti
   });
   release_cached_buffers();
   EXPECT_EQ(detail::pooled_entry_bytes(), 0u);
+}
+
+// allocate_words keeps the last bitset of 2-256 MiB freed for the next
+// allocation of its size: handed out again zeroed (a build relies on it),
+// replaced by the next one freed, never kept below 2 MiB or above the
+// budget, and freed by release_cached_buffers.
+TEST(WordsPool, TheLastBitsetFreedIsReusedZeroedAndReleased) {
+  release_cached_buffers();
+  ASSERT_EQ(detail::pooled_words_bytes(), 0u);
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const std::size_t words = 4 * kMiB / 8;
+  const std::uint64_t* first = nullptr;
+  {
+    auto dirty = allocate_words(words);
+    first = dirty.get();
+    std::fill_n(dirty.get(), words, ~std::uint64_t{0});
+  }
+  EXPECT_EQ(detail::pooled_words_bytes(), 4 * kMiB);
+  {
+    auto again = allocate_words(words);
+    EXPECT_EQ(again.get(), first) << "the freed block was not reused";
+    EXPECT_EQ(detail::pooled_words_bytes(), 0u);
+    EXPECT_TRUE(std::all_of(again.get(), again.get() + words, [](std::uint64_t w) {
+      return w == 0;
+    })) << "a reused block came back with bits set";
+  }
+  { auto other = allocate_words(2 * words); }  // another size: freed last, kept instead
+  EXPECT_EQ(detail::pooled_words_bytes(), 8 * kMiB);
+  { auto small = allocate_words(kMiB / 8); }
+  { auto large = allocate_words((detail::kBuildScratchBudget + 2 * kMiB) / 8); }
+  EXPECT_EQ(detail::pooled_words_bytes(), 8 * kMiB)
+      << "kept a block below 2 MiB or above the budget";
+  release_cached_buffers();
+  EXPECT_EQ(detail::pooled_words_bytes(), 0u);
 }
 
 TEST(PartitionedBuild, BuilderFollowsALargerArenaAndKeepsWhatWasBuffered) {

@@ -132,7 +132,9 @@ Result<void> check_fill(const Filter& filter, FillCheck check = FillCheck::kAnyI
                         const std::string& where = {});
 
 // Allocates `word_count` zeroed words, 64-byte aligned, huge-page advised
-// when large. Used by builders, loaders and backends alike.
+// when large. Used by builders, loaders and backends alike. The last block
+// of 2-256 MiB freed is kept for the next allocation of its size
+// (release_cached_buffers frees it).
 std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count);
 
 namespace detail {
@@ -214,7 +216,9 @@ class FilterBuilder {
 
 // Builds and CUDA builds keep scratch memory for the next one, which then
 // starts warm: the partitioned build's buckets (up to 256 MiB of host
-// memory) and a CUDA build's device bitset with its pinned staging. A
+// memory), the bitset of the last filter freed (one of 2-256 MiB, for the
+// next filter of its size) and a CUDA build's device bitset with its pinned
+// staging. A
 // long-running process frees them here, for example after swapping in a new
 // snapshot; the next build allocates afresh. Builders in progress keep
 // theirs. (A filter's device copy, made by its first CUDA query, belongs to
