@@ -117,6 +117,15 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
+// Run-to-run spread of a row's timed runs: (slowest - fastest) / median, 0
+// for a single run. What "spread under 15% over five runs" reads.
+double spread(const std::vector<double>& values) {
+  if (values.size() < 2) return 0;
+  const auto [fastest, slowest] = std::ranges::minmax(values);
+  const double middle = median(values);
+  return middle > 0 ? (slowest - fastest) / middle : 0;
+}
+
 struct Row {
   std::string backend;
   std::string target;
@@ -131,6 +140,7 @@ struct Row {
   double ns_per_item = 0;
   double fraction_of_ceiling = 0;       // of the random_line row (1 for the ceiling rows)
   std::int64_t prefetch_distance = -1;  // random_line: the best distance; -1 elsewhere
+  double spread = 0;                    // of the --repetitions runs: spread() above
   // The filter the row ran against (filter rows only; the ceiling rows have
   // none): its spec, and its fill and false-positive rate once all n members
   // are in.
@@ -423,10 +433,12 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
     rows.push_back({"memory", "random_line", 0, threads, scenario.name, lines.reads(),
                     layout->bit_count, layout->hash_count, "random_line", 1e9 / line_ns, line_ns,
                     1.0, RandomLines::kDistances[best]});
+    rows.back().spread = spread(line_times[best]);
     // The old ceiling, plain loads without prefetch, kept for continuity.
     rows.push_back({"memory", "random_load", 0, threads, scenario.name, ceiling.loads(),
                     layout->bit_count, layout->hash_count, "random_load", 1e9 / load_ns, load_ns,
                     load_ns == 0 ? 0 : line_ns / load_ns});
+    rows.back().spread = spread(load_times);
     if (copy_rate > 0) {
       rows.push_back({"cuda", "h2d_copy", 0, threads, scenario.name, 0, layout->bit_count,
                       layout->hash_count, "h2d_copy", copy_rate, 1e9 / copy_rate, 1.0});
@@ -454,6 +466,7 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
                           scenario.name, batch, layout->bit_count, layout->hash_count,
                           kOperations[op], 1e9 / ns, ns, fraction});
           Row& row = rows.back();
+          row.spread = spread(times[at]);
           row.has_filter = true;
           row.expected_item_count = scenario.n;
           row.target_fpp = fpp;
@@ -468,14 +481,15 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("%-6s %-8s %-12s %5s %7s %-14s %12s %10s %9s\n", "scen", "backend", "target", "proto",
-              "threads", "operation", "items/s", "ns/item", "ceiling");
+  std::printf("%-6s %-8s %-12s %5s %7s %-14s %12s %10s %9s %7s\n", "scen", "backend", "target",
+              "proto", "threads", "operation", "items/s", "ns/item", "ceiling", "spread");
   for (const auto& row : rows) {
     const std::string protocol = row.protocol == 0 ? "-" : std::to_string(row.protocol);
-    std::printf("%-6s %-8s %-12s %5s %7u %-14s %12s %10.2f %8.0f%%\n", row.scenario.c_str(),
-                row.backend.c_str(), row.target.substr(0, 12).c_str(), protocol.c_str(),
-                row.threads, row.operation.c_str(), si_rate(row.items_per_second).c_str(),
-                row.ns_per_item, 100.0 * row.fraction_of_ceiling);
+    std::printf("%-6s %-8s %-12s %5s %7u %-14s %12s %10.2f %8.0f%% %6.0f%%\n",
+                row.scenario.c_str(), row.backend.c_str(), row.target.substr(0, 12).c_str(),
+                protocol.c_str(), row.threads, row.operation.c_str(),
+                si_rate(row.items_per_second).c_str(), row.ns_per_item,
+                100.0 * row.fraction_of_ceiling, 100.0 * row.spread);
   }
 }
 
@@ -576,7 +590,8 @@ int run_bench(const BenchOptions& options) {
                          {"operation", row.operation},
                          {"items_per_second", row.items_per_second},
                          {"ns_per_item", row.ns_per_item},
-                         {"fraction_of_ceiling", row.fraction_of_ceiling}});
+                         {"fraction_of_ceiling", row.fraction_of_ceiling},
+                         {"spread", row.spread}});
       auto& json_row = results.back();
       if (row.prefetch_distance >= 0) json_row["prefetch_distance"] = row.prefetch_distance;
       if (row.has_filter) {
@@ -626,7 +641,8 @@ Command add_bench_command(CLI::App& root) {
       "(prefetch_distance); `ceiling` = lines needed (absent 1/(1-fill), present and\n"
       "build k) x ns per line / ns per item. random_load rows (plain random 64-bit loads,\n"
       "no prefetch) are the ceiling of earlier versions, kept for comparison; their\n"
-      "`ceiling` column is line / load time.\n"
+      "`ceiling` column is line / load time. `spread` (JSON spread) is the run-to-run\n"
+      "spread of a row: (slowest - fastest) / median of its --repetitions runs.\n"
       "For cuda rows the ceiling is the h2d_copy row instead: digests per second a pinned\n"
       "host-to-device copy carries (their digests start in host memory).\n"
       "Without --threads every case runs at 1 thread and at every core. --protocol 2 runs\n"

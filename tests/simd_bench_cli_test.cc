@@ -93,6 +93,32 @@ TEST(SimdBenchCli, JsonCarriesTheFalsePositiveRateAndBitsPerKey) {
   }
 }
 
+// Every row carries the run-to-run spread of its repetitions: none for one
+// run, (slowest - fastest) / median for more, which cannot be negative and
+// (the median lies between them) cannot pass (slowest - fastest) / fastest.
+TEST(SimdBenchCli, EveryRowCarriesItsRunToRunSpread) {
+  for (const int repetitions : {1, 3}) {
+    const CliRun run = run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions " +
+                               std::to_string(repetitions) + " --json");
+    ASSERT_EQ(run.status, 0) << run.err;
+    const auto json = nlohmann::json::parse(run.out);
+    ASSERT_FALSE(json.at("results").empty());
+    for (const auto& row : json.at("results")) {
+      ASSERT_TRUE(row.contains("spread")) << row.dump();
+      const double spread = row.at("spread").get<double>();
+      if (repetitions == 1) {
+        EXPECT_EQ(spread, 0.0) << row.dump();
+      } else {
+        EXPECT_GE(spread, 0.0) << row.dump();
+        EXPECT_LT(spread, 100.0) << row.dump();  // a ratio, not a percentage or a time
+      }
+    }
+  }
+  const CliRun table = run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions 1");
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("spread"), std::string::npos) << table.out;
+}
+
 TEST(SimdBenchCli, DefaultReportsOneThreadAndAllCores) {
   const CliRun run = run_abf("bench --scenario l2 --backend simd --repetitions 1 --json");
   ASSERT_EQ(run.status, 0) << run.err;
