@@ -241,7 +241,11 @@ struct KeyedHash {
 // (BM_ProbeQuery, one thread, medians of 5, four alternating runs): llc
 // query_absent 23.0-25.5 -> 14.2-17.5 ms, query_present 46.5-48.3 ->
 // 37.5-40.2 ms; dram 41.4-42.6 -> 36.8-37.8 and 109-116 -> 107 ms; l2 alike.
-template <class Hash, class StoreFirst>
+//
+// kReduceStep false leaves step[i] = h2 | 1 unreduced, for QueryBlock's
+// vector rounds, which reduce only the steps of the digests that pass their
+// first probe (ReduceSteps).
+template <bool kReduceStep = true, class Hash, class StoreFirst>
 HWY_INLINE void ComputeStarts(const Hash& hash, const simd::ModConstants& constants,
                               const Digest* digests, std::size_t count, std::uint64_t* step,
                               StoreFirst&& store_first, const Digest* next_digests = nullptr,
@@ -262,13 +266,46 @@ HWY_INLINE void ComputeStarts(const Hash& hash, const simd::ModConstants& consta
     hn::LoadInterleaved4(d, reinterpret_cast<const std::uint64_t*>(digests + i), w0, w1, w2, w3);
     hash(d, w0, w1, w2, w3, h1, h2);
     store_first(d, i, ModM(d, h1, c));
-    hn::StoreU(ModM(d, hn::Or(h2, one), c), d, step + i);
+    if constexpr (kReduceStep) {
+      hn::StoreU(ModM(d, hn::Or(h2, one), c), d, step + i);
+    } else {
+      hn::StoreU(hn::Or(h2, one), d, step + i);
+    }
   }
   for (; i < count; ++i) {
     const probe::HashPair h = hash(digests[i].bytes.data());
     const hn::CappedTag<std::uint64_t, 1> d1;
     store_first(d1, i, hn::Set(d1, probe::first_index(h.h1, constants.m)));
-    step[i] = probe::step_of(h.h2, constants.m);
+    step[i] = kReduceStep ? probe::step_of(h.h2, constants.m) : (h.h2 | 1);
+  }
+}
+
+// After the first vector round (kFirst): the `active` survivors' unreduced
+// steps h2 | 1 become (h2 | 1) mod m, and their states advance to the second
+// probe. An absent digest fails its first probe about half the time
+// (1 - fill), so its step is never reduced.
+HWY_INLINE void ReduceSteps(const simd::ModConstants& constants, std::uint64_t* HWY_RESTRICT state,
+                            std::uint64_t* HWY_RESTRICT step, std::size_t active) {
+  using simd::detail::kPositionMask;
+  using D = hn::ScalableTag<std::uint64_t>;
+  const D d;
+  const std::size_t lanes = hn::Lanes(d);
+  const ModVectors<D> c(d, constants);
+  const auto vm = hn::Set(d, constants.m);
+  const auto position_mask = hn::Set(d, kPositionMask);
+  std::size_t t = 0;
+  for (; t + lanes <= active; t += lanes) {
+    const auto st = ModM(d, hn::LoadU(d, step + t), c);
+    auto next = hn::Add(hn::LoadU(d, state + t), st);
+    next = hn::IfThenElse(hn::Lt(hn::And(next, position_mask), vm), next, hn::Sub(next, vm));
+    hn::StoreU(st, d, step + t);
+    hn::StoreU(next, d, state + t);
+  }
+  for (; t < active; ++t) {
+    step[t] %= constants.m;  // already h2 | 1
+    std::uint64_t next = state[t] + step[t];
+    next -= ((next & kPositionMask) >= constants.m) ? constants.m : 0;
+    state[t] = next;
   }
 }
 
@@ -436,7 +473,11 @@ alignas(32) inline constexpr std::uint32_t kLeftPack4[16][8] = {
 //   table above packs the states and steps (vpermd). Measured on the same
 //   EPYC with ABF_SIMD_TARGET=AVX2: l2 query_absent 5.9-6.2 -> 4.1-5.2 ns
 //   against the scalar round.
-template <bool kRegisterCompress>
+//
+// kFirst: the first round, whose steps are not reduced yet (ComputeStarts
+// with kReduceStep false): the survivors are compacted as they are, neither
+// advanced nor reduced, for ReduceSteps.
+template <bool kRegisterCompress, bool kFirst = false>
 HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std::uint64_t m,
                                    bool prefetch, std::size_t distance,
                                    std::uint64_t* HWY_RESTRICT state,
@@ -483,9 +524,12 @@ HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std:
     const auto word = hn::GatherIndex(d, words, hn::BitCast(di, hn::ShiftRight<6>(position)));
 #endif
     const auto keep = hn::Ne(hn::And(hn::Shr(word, hn::And(position, bit_of)), one), hn::Zero(d));
-    auto next = hn::Add(s, st);
-    // probe::advance on the low half: next - m when the position reached m.
-    next = hn::IfThenElse(hn::Lt(hn::And(next, position_mask), vm), next, hn::Sub(next, vm));
+    auto next = s;
+    if constexpr (!kFirst) {
+      next = hn::Add(s, st);
+      // probe::advance on the low half: next - m when the position reached m.
+      next = hn::IfThenElse(hn::Lt(hn::And(next, position_mask), vm), next, hn::Sub(next, vm));
+    }
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     if constexpr (kRegisterCompress) {
       // Highway 1.0.3 has no name for the register form (its Compress is a
@@ -515,8 +559,11 @@ HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std:
     const std::uint64_t st = step[t];
     const std::uint64_t position = s & kPositionMask;
     const std::uint64_t bit = (words[position >> 6] >> (position & 63)) & 1;
-    std::uint64_t next = s + st;
-    next -= ((next & kPositionMask) >= m) ? m : 0;
+    std::uint64_t next = s;
+    if constexpr (!kFirst) {
+      next = s + st;
+      next -= ((next & kPositionMask) >= m) ? m : 0;
+    }
     state[kept] = next;
     step[kept] = st;
     kept += bit;
@@ -568,7 +615,8 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
     members = 4 * maybe > 3 * count;
     return;
   }
-  ComputeStarts(
+  // The vector rounds reduce the steps of the first round's survivors only.
+  ComputeStarts</*kReduceStep=*/!kVectorRounds>(
       hash, constants, digests, count, step,
       [state](auto dn, std::size_t i, auto first) {
         // Digest index i + lane in the high half of each state word. Not
@@ -593,10 +641,17 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
       }
     }
     if (kVectorRounds) {
-      const std::size_t kept =
-          compress == simd::CompressForm::kRegister
-              ? VectorRound<true>(words, m, prefetch, distance, state, step, active)
-              : VectorRound<false>(words, m, prefetch, distance, state, step, active);
+      const bool in_register = compress == simd::CompressForm::kRegister;
+      std::size_t kept = 0;
+      if (round == 0) {
+        kept = in_register
+                   ? VectorRound<true, true>(words, m, prefetch, distance, state, step, active)
+                   : VectorRound<false, true>(words, m, prefetch, distance, state, step, active);
+        ReduceSteps(constants, state, step, kept);
+      } else {
+        kept = in_register ? VectorRound<true>(words, m, prefetch, distance, state, step, active)
+                           : VectorRound<false>(words, m, prefetch, distance, state, step, active);
+      }
       ++round;
       active = kept;
       if (4 * kept > 3 * count && round < k) break;  // mostly members
