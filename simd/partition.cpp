@@ -3,11 +3,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <new>
-#include <utility>
 
+#include "block_pool.hpp"
 #include "parallel.hpp"
 #include "prefetch.hpp"
 
@@ -51,51 +51,22 @@ std::size_t entry_bytes(std::size_t count) {
 }
 
 // The entry buffers of the last finished build, reused by the next build of
-// the same shape; at most one build's worth (the budget, kBuildScratchBudget,
-// plus rounding) stays held. Fresh memory is slow and erratic here: a slot's
-// first touch of its 28 MiB took 10 ms, and now and then 37-78 ms (this VM
-// hands freed pages back to its host and faults them in again), and the
-// 2-thread `abf bench` dram build swung between 11 and 30 ns a digest;
-// reusing the buffers held it at 12.9. A service that rebuilds its filter
-// gains the same way.
-class EntriesPool {
- public:
-  static EntriesPool& instance() {
-    static EntriesPool pool;
-    return pool;
-  }
-  Entries take(std::size_t bytes) {
-    const std::lock_guard lock(mutex_);
-    if (bytes != bytes_ || free_.empty()) return {nullptr, std::free};
-    Entries entries = std::move(free_.back());
-    free_.pop_back();
-    return entries;
-  }
-  // Replaces whatever is held with `buffers`, each of `bytes`.
-  void keep(std::size_t bytes, std::vector<Entries> buffers) {
-    const std::lock_guard lock(mutex_);
-    bytes_ = bytes;
-    free_ = std::move(buffers);
-  }
-  std::size_t held_bytes() {
-    const std::lock_guard lock(mutex_);
-    return bytes_ * free_.size();
-  }
-  void clear() {
-    const std::lock_guard lock(mutex_);
-    free_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  std::size_t bytes_ = 0;
-  std::vector<Entries> free_;
-};
+// the same shape (block_pool.hpp has the measurements: the 2-thread `abf
+// bench` dram build swung between 11 and 30 ns a digest with fresh buffers
+// and held at 12.9 with these). At most one build's worth stays held: the
+// budget, kBuildScratchBudget, and each slot's rounding to huge pages.
+// Never destroyed, like allocate_words' pool.
+BlockPool& entries_pool() {
+  static auto* pool = new BlockPool(0, SIZE_MAX, 2 * kBuildScratchBudget);
+  return *pool;
+}
 
 // Huge-page-advised memory for `count` bucket entries (written before read).
 Entries allocate_entries(std::size_t count) {
   const std::size_t bytes = entry_bytes(count);
-  if (Entries reused = EntriesPool::instance().take(bytes)) return reused;
+  if (void* reused = entries_pool().take(bytes)) {
+    return {static_cast<std::uint32_t*>(reused), std::free};
+  }
   void* memory = std::aligned_alloc(entry_alignment(bytes), bytes);
   if (memory == nullptr) throw std::bad_alloc();
   if (bytes >= kHugePage) madvise(memory, bytes, MADV_HUGEPAGE);  // advice; may be ignored
@@ -104,9 +75,9 @@ Entries allocate_entries(std::size_t count) {
 
 }  // namespace
 
-std::size_t pooled_entry_bytes() noexcept { return EntriesPool::instance().held_bytes(); }
+std::size_t pooled_entry_bytes() noexcept { return entries_pool().held_bytes(); }
 
-void release_pooled_entries() noexcept { EntriesPool::instance().clear(); }
+void release_pooled_entries() noexcept { entries_pool().clear(); }
 
 PartitionedBuild::PartitionedBuild(const probe::Scheme& scheme, std::size_t slots,
                                    const PartitionTuning& tuning)
@@ -138,9 +109,8 @@ PartitionedBuild::PartitionedBuild(const probe::Scheme& scheme, std::size_t slot
 }
 
 PartitionedBuild::~PartitionedBuild() {
-  std::vector<Entries> buffers;
-  for (auto& slot : slots_) buffers.push_back(std::move(slot.entries));
-  EntriesPool::instance().keep(entry_bytes(bucket_count_ * stride_), std::move(buffers));
+  const std::size_t bytes = entry_bytes(bucket_count_ * stride_);
+  for (auto& slot : slots_) entries_pool().give(slot.entries.release(), bytes);
 }
 
 void PartitionedBuild::add(std::uint64_t* words, const Digest* digests, std::size_t count) {

@@ -436,6 +436,12 @@ inline constexpr bool kVectorRounds = true;
 inline constexpr bool kVectorRounds = false;
 #endif
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr bool kTwoCompressForms = true;
+#else
+inline constexpr bool kTwoCompressForms = false;
+#endif
+
 #if HWY_TARGET == HWY_AVX2
 // AVX2's left-pack of four u64 lanes (there is no compress instruction):
 // for each 4-bit mask of lanes kept, the vpermd u32 indices that move those
@@ -641,7 +647,9 @@ HWY_INLINE void QueryBlock(const probe::FilterView& view, const Hash& hash,
       }
     }
     if (kVectorRounds) {
-      const bool in_register = compress == simd::CompressForm::kRegister;
+      // Only the AVX-512 targets have two compress forms; elsewhere both
+      // names are one round, inlined once.
+      const bool in_register = kTwoCompressForms && compress == simd::CompressForm::kRegister;
       std::size_t kept = 0;
       if (round == 0) {
         kept = in_register

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <span>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "abf/filter.hpp"
 #include "abf/layout.hpp"
 #include "abf/snapshot.hpp"
+#include "block_pool.hpp"
 #include "kernels.hpp"
 #include "parallel.hpp"
 #include "partition.hpp"
@@ -319,6 +321,44 @@ TEST(WordsPool, TheLastBitsetFreedIsReusedZeroedAndReleased) {
       << "kept a block below 2 MiB or above the budget";
   release_cached_buffers();
   EXPECT_EQ(detail::pooled_words_bytes(), 0u);
+}
+
+// The pool under both: blocks of one size at a time, within both caps; a
+// block it will not keep leaves it as it was.
+TEST(BlockPool, KeepsBlocksOfOneSizeWithinItsCapsAndHandsThemBack) {
+  detail::BlockPool pool(/*min_block_bytes=*/64, /*max_blocks=*/3, /*max_held_bytes=*/1024);
+  const auto block = [] { return std::malloc(256); };
+  void* a = block();
+  void* b = block();
+  pool.give(a, 256);
+  pool.give(b, 256);
+  EXPECT_EQ(pool.held_bytes(), 512u);
+  EXPECT_EQ(pool.take(128), nullptr) << "handed out a block of another size";
+  void* first = pool.take(256);
+  EXPECT_TRUE(first == a || first == b);
+  pool.give(first, 256);
+  pool.give(block(), 256);
+  pool.give(block(), 256);  // a fourth: past max_blocks, freed
+  EXPECT_EQ(pool.held_bytes(), 3 * 256u);
+  pool.give(std::malloc(32), 32);      // below min_block_bytes: freed, the pool unchanged
+  pool.give(std::malloc(2048), 2048);  // above max_held_bytes: likewise
+  EXPECT_EQ(pool.held_bytes(), 3 * 256u);
+  pool.give(std::malloc(512), 512);  // another size: replaces the three
+  EXPECT_EQ(pool.held_bytes(), 512u);
+  pool.give(std::malloc(512), 512);
+  pool.give(std::malloc(512), 512);  // a third would pass 1024 bytes: freed
+  EXPECT_EQ(pool.held_bytes(), 1024u);
+  void* one = pool.take(512);
+  void* two = pool.take(512);
+  EXPECT_NE(one, nullptr);
+  EXPECT_NE(two, nullptr);
+  EXPECT_EQ(pool.take(512), nullptr);
+  EXPECT_EQ(pool.held_bytes(), 0u);
+  std::free(one);
+  std::free(two);
+  pool.give(std::malloc(512), 512);
+  pool.clear();
+  EXPECT_EQ(pool.held_bytes(), 0u);
 }
 
 TEST(PartitionedBuild, BuilderFollowsALargerArenaAndKeepsWhatWasBuffered) {

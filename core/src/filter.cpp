@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 
+#include "block_pool.hpp"
 #include "engine.hpp"
 #include "filter_set_internal.hpp"
 #include "header_rules.hpp"
@@ -44,60 +44,19 @@ namespace detail {
 namespace {
 
 // The bitset of the last filter freed, kept for the next allocate_words of
-// the same size: a build then zeroes memory it already has instead of
-// faulting in fresh pages, which here (a KVM guest whose freed pages go back
-// to the host) cost more than the build itself. A one-thread `abf bench`
-// dram build (120 MiB) took 210-360 ns a digest with a fresh bitset each
-// time, most of it the kernel's clear_page on huge-page faults (perf), and
-// about 44 ns when its memory was warm. One block is kept, from 2 MiB (a huge
-// page: smaller ones are cheap to fault in) to the build budget.
-class WordsPool {
- public:
-  static WordsPool& instance() {
-    static WordsPool* pool = new WordsPool;  // never destroyed: late deleters still find it
-    return *pool;
-  }
-  void* take(std::size_t bytes) {
-    const std::lock_guard lock(mutex_);
-    if (block_ == nullptr || bytes != bytes_) return nullptr;
-    return std::exchange(block_, nullptr);
-  }
-  void give(void* block, std::size_t bytes) {
-    if (bytes < kHugePage || bytes > kBuildScratchBudget) {
-      std::free(block);
-      return;
-    }
-    void* previous = nullptr;
-    {
-      const std::lock_guard lock(mutex_);
-      previous = std::exchange(block_, block);
-      bytes_ = bytes;
-    }
-    std::free(previous);
-  }
-  std::size_t held_bytes() {
-    const std::lock_guard lock(mutex_);
-    return block_ == nullptr ? 0 : bytes_;
-  }
-  void clear() {
-    void* block = nullptr;
-    {
-      const std::lock_guard lock(mutex_);
-      block = std::exchange(block_, nullptr);
-    }
-    std::free(block);
-  }
-
- private:
-  std::mutex mutex_;
-  void* block_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+// the same size, so a build zeroes memory it already has instead of faulting
+// in fresh pages (block_pool.hpp has the measurements). One block, from 2 MiB
+// (a huge page: smaller ones are cheap to fault in) to the build budget.
+// Never destroyed: a filter freed during static destruction still finds it.
+BlockPool& words_pool() {
+  static auto* pool = new BlockPool(kHugePage, 1, kBuildScratchBudget);
+  return *pool;
+}
 
 }  // namespace
 
-std::size_t pooled_words_bytes() noexcept { return WordsPool::instance().held_bytes(); }
-void release_pooled_words() noexcept { WordsPool::instance().clear(); }
+std::size_t pooled_words_bytes() noexcept { return words_pool().held_bytes(); }
+void release_pooled_words() noexcept { words_pool().clear(); }
 
 }  // namespace detail
 
@@ -105,7 +64,7 @@ std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count) {
   const std::size_t bytes = std::max<std::size_t>(word_count, 1) * sizeof(std::uint64_t);
   const std::size_t alignment = bytes >= kHugePage ? kHugePage : 64;
   const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* memory = detail::WordsPool::instance().take(rounded);
+  void* memory = detail::words_pool().take(rounded);
   if (memory == nullptr) {
     memory = std::aligned_alloc(alignment, rounded);
     if (memory == nullptr) throw std::bad_alloc();
@@ -118,7 +77,7 @@ std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count) {
       0, rounded, std::size_t{4} << 20,
       [&](std::size_t begin, std::size_t end) { std::memset(bytes_out + begin, 0, end - begin); });
   return {static_cast<std::uint64_t*>(memory),
-          [rounded](std::uint64_t* p) { detail::WordsPool::instance().give(p, rounded); }};
+          [rounded](std::uint64_t* p) { detail::words_pool().give(p, rounded); }};
 }
 
 Filter::Filter(const FilterInfo& info, std::shared_ptr<const std::uint64_t> words,

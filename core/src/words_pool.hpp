@@ -1,5 +1,6 @@
 // Internal: the bitset block allocate_words keeps from the last filter freed
-// (filter.cpp, WordsPool), for tests and release_cached_buffers.
+// (filter.cpp, words_pool(): a block_pool.hpp BlockPool), for tests and
+// release_cached_buffers.
 #pragma once
 
 #include <cstddef>
