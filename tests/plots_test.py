@@ -107,6 +107,28 @@ class PlotsTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr)
         check_png(self, os.path.join(out, "throughput-b-box.png"))
 
+    def test_targets_side_by_side(self):
+        # Every Highway target of this CPU in one run: the simd rows are
+        # series per target, and targets.png draws them side by side.
+        run = subprocess.run([ABF, "bench", "--scenario", "l2", "--backend", "simd",
+                              "--simd-target", "all", "--threads", "1", "--repetitions", "1",
+                              "--json"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        path = os.path.join(self.dir, "bench-targets.json")
+        with open(path, "w") as handle:
+            handle.write(run.stdout)
+        out = os.path.join(self.dir, "targets")
+        run = plots("-o", out, path)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn(os.path.join(out, "targets.png"), run.stdout)
+        for name in ("targets.png", "throughput-targets.png", "ceiling-targets.png"):
+            check_png(self, os.path.join(out, name))
+        # One machine with one target has nothing to set side by side.
+        out = os.path.join(self.dir, "one-target")
+        run = plots("-o", out, self.runs["one"])
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "targets.png")))
+
     def test_the_committed_data_draws(self):
         files = sorted(glob.glob(os.path.join(SOURCE, "docs", "data", "bench-*.json")))
         self.assertTrue(files, "no docs/data/bench-*.json")
@@ -121,7 +143,7 @@ class PlotsTest(unittest.TestCase):
         run = plots("--help")
         self.assertEqual(run.returncode, 0)
         for want in ("LABEL=", "--out", "--fpp", "throughput-LABEL.png", "fraction_of_ceiling",
-                     "machines.png", "Examples:", "python3-matplotlib"):
+                     "machines.png", "targets.png", "Examples:", "python3-matplotlib"):
             self.assertIn(want, run.stdout)
 
     def test_bad_inputs_name_the_file(self):
