@@ -122,6 +122,9 @@ extern const Engine kSimdEngine{
     .open_lane = [](const Scheme& scheme, std::uint64_t* words)
         -> Result<std::unique_ptr<BuildLane>> { return std::make_unique<SimdLane>(scheme, words); },
     .release_caches = []() noexcept { release_pooled_entries(); },
+    .fingerprint = [](std::span<const Digest> digests) noexcept {
+      return simd::content_fingerprint(digests.data(), digests.size());
+    },
 };
 
 }  // namespace detail

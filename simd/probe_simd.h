@@ -14,6 +14,7 @@
 
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/probe.hpp"
 
 namespace abf::simd {
@@ -110,6 +111,11 @@ void probe_starts(const probe::Scheme& scheme, const Digest* digests, std::size_
 // header). For tests and the hash benchmark.
 void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
                 probe::HashPair* out) noexcept;
+
+// The content fingerprint (abf/fingerprint.hpp) of digests[0, count), one
+// digest a lane on the dispatched target: equal to ContentFingerprint::of,
+// which calls it through the engine table (Engine::fingerprint).
+ContentFingerprint content_fingerprint(const Digest* digests, std::size_t count) noexcept;
 
 // out[i] = x[i] mod bit_count by the vector reduction above on the dispatched
 // target (tail lanes by `%`). For tests and the reduction benchmark.

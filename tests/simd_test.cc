@@ -24,9 +24,11 @@
 
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/probe.hpp"
 #include "abf/scheme.hpp"
 #include "hwy/targets.h"
+#include "engine.hpp"
 #include "kernels.hpp"
 #include "probe_simd.h"
 #include "test_support.hpp"
@@ -578,6 +580,84 @@ TEST_P(SimdEngineTest, DigestsAtAnOddByteAddress) {
     simd::insert_batch(scheme(m, k), b.data(), shifted, source.size());
     ASSERT_EQ(b, a) << "byte offset " << byte_offset;
   }
+}
+
+// The vector content fingerprint (one digest a lane) equals the library's
+// XXH3-128 summed a digest at a time, for every batch length around the lane
+// counts, at odd byte addresses, and on digests that stress its 32-bit
+// pieces: zero and all-ones words, words equal to XXH3's secret (a product
+// by zero), halves of 0xffffffff (the carries of the 128-bit product), and
+// long runs of one digest whose sum carries out of the low half again and
+// again. No protocol enters: once per target.
+class SimdTargetTest : public ::testing::TestWithParam<std::int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Targets, SimdTargetTest,
+                         ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+                         [](const ::testing::TestParamInfo<std::int64_t>& info) {
+                           return std::string(hwy::TargetName(info.param));
+                         });
+
+TEST_P(SimdTargetTest, ContentFingerprintEqualsTheLibrary) {
+  auto digests = test::random_digests(2000, 31);
+  for (const auto& adversarial : adversarial_digests(64)) digests.push_back(adversarial);
+  const auto with_words = [](std::uint64_t w0, std::uint64_t w1, std::uint64_t w2,
+                             std::uint64_t w3) {
+    Digest d;
+    const std::uint64_t words[4] = {w0, w1, w2, w3};
+    for (int w = 0; w < 4; ++w) {
+      for (int b = 0; b < 8; ++b) d.bytes[8 * w + b] = static_cast<std::uint8_t>(words[w] >> 8 * b);
+    }
+    return d;
+  };
+  // XXH3's default secret, first 32 bytes (xxhash.h, XXH3_kSecret): inputs
+  // only, the expected sums come from the library.
+  const std::uint64_t secret[4] = {0xbe4ba423396cfeb8ull, 0x1cad21f72c81017cull,
+                                   0xdb979083e96dd4deull, 0x1f67b3b7a4a44072ull};
+  const std::uint64_t ones = ~std::uint64_t{0};
+  const std::uint64_t edges[] = {0, ones, 0xffffffffull, 0xffffffff00000000ull,
+                                 0x8000000000000000ull, 1};
+  for (const std::uint64_t a : edges) {
+    for (const std::uint64_t b : edges) {
+      digests.push_back(with_words(a, b, a, b));
+      digests.push_back(with_words(secret[0] ^ a, secret[1] ^ b, secret[2] ^ a, secret[3] ^ b));
+      digests.push_back(with_words(secret[0], secret[1] ^ a, secret[2] ^ b, secret[3]));
+    }
+  }
+  const auto reference = [](const Digest* first, std::size_t n) {
+    return detail::content_fingerprint_one_by_one({first, n});
+  };
+  for (std::size_t n = 0; n <= 40; ++n) {
+    for (const std::size_t at : {0u, 1u, 5u}) {
+      ASSERT_EQ(simd::content_fingerprint(digests.data() + at, n), reference(digests.data() + at, n))
+          << "n " << n << " at " << at;
+    }
+  }
+  ASSERT_EQ(simd::content_fingerprint(digests.data(), digests.size()),
+            reference(digests.data(), digests.size()));
+  for (const std::size_t byte_offset : {1u, 3u, 13u}) {
+    std::vector<std::uint8_t> buffer(digests.size() * Digest::kSize + 64);
+    std::memcpy(buffer.data() + byte_offset, digests.data(), digests.size() * Digest::kSize);
+    const auto* shifted =
+        std::launder(reinterpret_cast<const Digest*>(buffer.data() + byte_offset));
+    ASSERT_EQ(simd::content_fingerprint(shifted, digests.size()),
+              reference(digests.data(), digests.size()))
+        << "byte offset " << byte_offset;
+  }
+  for (const Digest& repeated : {with_words(ones, ones, ones, ones), digests[7]}) {
+    const std::vector<Digest> run(1000, repeated);
+    const auto got = simd::content_fingerprint(run.data(), run.size());
+    ASSERT_EQ(got, reference(run.data(), run.size())) << repeated.hex();
+    ContentFingerprint times;  // 1000 x the element, by repeated addition
+    for (int i = 0; i < 1000; ++i) times += ContentFingerprint::of(repeated);
+    ASSERT_EQ(got, times);
+  }
+  // The public sum goes through the engine table to this kernel.
+  EXPECT_EQ(ContentFingerprint::of(std::span<const Digest>(digests)),
+            reference(digests.data(), digests.size()));
 }
 
 // One probe sequence of the golden vectors.

@@ -32,6 +32,7 @@
 #include "abf/digest.hpp"
 #include "abf/error.hpp"
 #include "abf/filter.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/probe.hpp"
 #include "abf/scheme.hpp"
 
@@ -90,7 +91,16 @@ struct Engine {
   Result<std::unique_ptr<BuildLane>> (*open_lane)(const Scheme& scheme, std::uint64_t* words);
   // Frees memory kept for the next build or query (abf::release_cached_buffers).
   void (*release_caches)() noexcept;
+  // The content fingerprint of a block of digests on the calling thread,
+  // equal to ContentFingerprint::of's own loop, which calls the fallback
+  // engine's when it has one (every build sums one); null: none.
+  ContentFingerprint (*fingerprint)(std::span<const Digest> digests) noexcept = nullptr;
 };
+
+// ContentFingerprint::of(span) without any engine: the library's XXH3-128 a
+// digest at a time (fingerprint.cpp). The reference an engine's fingerprint
+// is tested against.
+ContentFingerprint content_fingerprint_one_by_one(std::span<const Digest> digests) noexcept;
 
 // The rows the engine folders registered, in no particular order: the
 // generated list (engine_rows.cpp, from abf_register_engine).

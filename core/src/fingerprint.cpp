@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "abf/scheme.hpp"
+#include "engine.hpp"
 
 namespace abf {
 namespace {
@@ -31,10 +32,21 @@ ContentFingerprint ContentFingerprint::of(const Digest& digest) noexcept {
 }
 
 ContentFingerprint ContentFingerprint::of(std::span<const Digest> digests) noexcept {
+  // The vector engine's, where it has one: a digest a lane, 2-5x faster
+  // than the library's call a digest (docs/performance.md).
+  if (const auto fingerprint = detail::fallback_engine().fingerprint) return fingerprint(digests);
+  return detail::content_fingerprint_one_by_one(digests);
+}
+
+namespace detail {
+
+ContentFingerprint content_fingerprint_one_by_one(std::span<const Digest> digests) noexcept {
   ContentFingerprint sum;
-  for (const Digest& digest : digests) sum += of(digest);
+  for (const Digest& digest : digests) sum += ContentFingerprint::of(digest);
   return sum;
 }
+
+}  // namespace detail
 
 std::array<std::uint8_t, 16> ContentFingerprint::bytes() const noexcept {
   std::array<std::uint8_t, 16> out{};
