@@ -140,7 +140,9 @@ struct Row {
   double ns_per_item = 0;
   double fraction_of_ceiling = 0;       // of the random_line row (1 for the ceiling rows)
   std::int64_t prefetch_distance = -1;  // random_line: the best distance; -1 elsewhere
-  double spread = 0;                    // of the --repetitions runs: spread() above
+  // Of the --repetitions runs (spread() above); -1 for a row measured once
+  // whatever --repetitions says (h2d_copy): JSON null, "-" in the table.
+  double spread = -1;
   // The filter the row ran against (filter rows only; the ceiling rows have
   // none): its spec, and its fill and false-positive rate once all n members
   // are in.
@@ -485,11 +487,12 @@ void print_table(const std::vector<Row>& rows) {
               "proto", "threads", "operation", "items/s", "ns/item", "ceiling", "spread");
   for (const auto& row : rows) {
     const std::string protocol = row.protocol == 0 ? "-" : std::to_string(row.protocol);
-    std::printf("%-6s %-8s %-12s %5s %7u %-14s %12s %10.2f %8.0f%% %6.0f%%\n",
-                row.scenario.c_str(), row.backend.c_str(), row.target.substr(0, 12).c_str(),
-                protocol.c_str(), row.threads, row.operation.c_str(),
-                si_rate(row.items_per_second).c_str(), row.ns_per_item,
-                100.0 * row.fraction_of_ceiling, 100.0 * row.spread);
+    char spread[16] = "      -";
+    if (row.spread >= 0) std::snprintf(spread, sizeof spread, "%6.0f%%", 100.0 * row.spread);
+    std::printf("%-6s %-8s %-12s %5s %7u %-14s %12s %10.2f %8.0f%% %s\n", row.scenario.c_str(),
+                row.backend.c_str(), row.target.substr(0, 12).c_str(), protocol.c_str(),
+                row.threads, row.operation.c_str(), si_rate(row.items_per_second).c_str(),
+                row.ns_per_item, 100.0 * row.fraction_of_ceiling, spread);
   }
 }
 
@@ -591,7 +594,7 @@ int run_bench(const BenchOptions& options) {
                          {"items_per_second", row.items_per_second},
                          {"ns_per_item", row.ns_per_item},
                          {"fraction_of_ceiling", row.fraction_of_ceiling},
-                         {"spread", row.spread}});
+                         {"spread", row.spread >= 0 ? nlohmann::json(row.spread) : nullptr}});
       auto& json_row = results.back();
       if (row.prefetch_distance >= 0) json_row["prefetch_distance"] = row.prefetch_distance;
       if (row.has_filter) {
@@ -642,7 +645,8 @@ Command add_bench_command(CLI::App& root) {
       "build k) x ns per line / ns per item. random_load rows (plain random 64-bit loads,\n"
       "no prefetch) are the ceiling of earlier versions, kept for comparison; their\n"
       "`ceiling` column is line / load time. `spread` (JSON spread) is the run-to-run\n"
-      "spread of a row: (slowest - fastest) / median of its --repetitions runs.\n"
+      "spread of a row: (slowest - fastest) / median of its --repetitions runs (null\n"
+      "for h2d_copy, measured once).\n"
       "For cuda rows the ceiling is the h2d_copy row instead: digests per second a pinned\n"
       "host-to-device copy carries (their digests start in host memory).\n"
       "Without --threads every case runs at 1 thread and at every core. --protocol 2 runs\n"

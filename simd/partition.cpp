@@ -109,8 +109,16 @@ PartitionedBuild::PartitionedBuild(const probe::Scheme& scheme, std::size_t slot
 }
 
 PartitionedBuild::~PartitionedBuild() {
-  const std::size_t bytes = entry_bytes(bucket_count_ * stride_);
-  for (auto& slot : slots_) entries_pool().give(slot.entries.release(), bytes);
+  // This build's buffers replace the last one's in the pool: one build's
+  // worth held. Without room for the list they are simply freed.
+  std::vector<void*> blocks;
+  try {
+    blocks.reserve(slots_.size());
+  } catch (...) {
+    return;
+  }
+  for (auto& slot : slots_) blocks.push_back(slot.entries.release());
+  entries_pool().replace(entry_bytes(bucket_count_ * stride_), std::move(blocks));
 }
 
 void PartitionedBuild::add(std::uint64_t* words, const Digest* digests, std::size_t count) {

@@ -150,7 +150,7 @@ void ReduceBatch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t co
 // XXH3_len_17to128_128b (xxhash.h 0.8): two 64x64 -> 128-bit products, three
 // 64-bit ones and two avalanches, here built from 32x32 -> 64-bit MulEven
 // (AVX2 has no 64-bit multiply). Tested against the library on every target
-// (SimdEngineTest.ContentFingerprintEqualsTheLibrary).
+// (SimdTargetTest.ContentFingerprintEqualsTheLibrary).
 
 // The 128-bit product of the u64 lanes a and b, as its low and high halves
 // (XXH_mult64to128's portable form, a lane at a time).

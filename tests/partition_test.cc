@@ -289,11 +289,41 @@ TEST(PartitionedBuild, ReleasingTheCachedBuffersFreesTheBucketsAndLaterBuildsSti
   EXPECT_EQ(detail::pooled_entry_bytes(), 0u);
 }
 
-// allocate_words keeps the last bitset of 2-256 MiB freed for the next
-// allocation of its size: handed out again zeroed (a build relies on it),
-// replaced by the next one freed, never kept below 2 MiB or above the
+// Builds that finish one after another keep one build's buffers between
+// them, not each one's: the last build's replace the ones held.
+TEST(PartitionedBuild, BuildsAliveAtOnceLeaveOneBuildsBuffersPooled) {
+  const auto digests = test::random_digests(20'000, 51);
+  release_cached_buffers();
+  with_threads(2, [&] {
+    {
+      auto alone = FilterBuilder::create(kPartitionedSpec, 0);
+      ASSERT_TRUE(alone.has_value());
+      ASSERT_TRUE(alone->add(digests, Backend::kSimd).has_value());
+      ASSERT_TRUE(std::move(*alone).finish().has_value());
+    }
+    const std::size_t one_build = detail::pooled_entry_bytes();
+    ASSERT_GT(one_build, 0u);
+    release_cached_buffers();
+    {
+      std::vector<FilterBuilder> builders;
+      for (int i = 0; i < 4; ++i) {
+        auto builder = FilterBuilder::create(kPartitionedSpec, 0);
+        ASSERT_TRUE(builder.has_value());
+        ASSERT_TRUE(builder->add(digests, Backend::kSimd).has_value());
+        builders.push_back(std::move(*builder));
+      }
+      for (auto& builder : builders) ASSERT_TRUE(std::move(builder).finish().has_value());
+    }
+    EXPECT_EQ(detail::pooled_entry_bytes(), one_build);
+  });
+  release_cached_buffers();
+}
+
+// allocate_words keeps a freed bitset of 2-256 MiB for the next allocation
+// of its size: handed out again zeroed (a build relies on it), replaced by a
+// bitset of another size freed later, never kept below 2 MiB or above the
 // budget, and freed by release_cached_buffers.
-TEST(WordsPool, TheLastBitsetFreedIsReusedZeroedAndReleased) {
+TEST(WordsPool, AFreedBitsetIsReusedZeroedAndReleased) {
   release_cached_buffers();
   ASSERT_EQ(detail::pooled_words_bytes(), 0u);
   constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -359,6 +389,18 @@ TEST(BlockPool, KeepsBlocksOfOneSizeWithinItsCapsAndHandsThemBack) {
   pool.give(std::malloc(512), 512);
   pool.clear();
   EXPECT_EQ(pool.held_bytes(), 0u);
+  // replace: the blocks given replace those held, within the caps.
+  pool.give(std::malloc(256), 256);
+  pool.replace(256, {std::malloc(256), std::malloc(256)});
+  EXPECT_EQ(pool.held_bytes(), 512u);
+  pool.replace(128, {std::malloc(128), std::malloc(128), std::malloc(128), std::malloc(128)});
+  EXPECT_EQ(pool.held_bytes(), 3 * 128u) << "kept more than max_blocks";
+  pool.replace(600, {std::malloc(600), std::malloc(600)});
+  EXPECT_EQ(pool.held_bytes(), 600u) << "kept more than max_held_bytes";
+  pool.replace(32, {std::malloc(32)});  // below min_block_bytes: nothing kept
+  EXPECT_EQ(pool.held_bytes(), 0u);
+  pool.give(std::malloc(256), 256);
+  pool.clear();
 }
 
 TEST(PartitionedBuild, BuilderFollowsALargerArenaAndKeepsWhatWasBuffered) {

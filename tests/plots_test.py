@@ -9,6 +9,7 @@ missing (Debian: python3-matplotlib, which scripts/setup installs).
 """
 
 import glob
+import json
 import os
 import struct
 import subprocess
@@ -123,6 +124,19 @@ class PlotsTest(unittest.TestCase):
         self.assertIn(os.path.join(out, "targets.png"), run.stdout)
         for name in ("targets.png", "throughput-targets.png", "ceiling-targets.png"):
             check_png(self, os.path.join(out, name))
+        # Rows that name no target (older outputs) are one bar, and where
+        # that bar gets several rows for one place, plots says so.
+        with open(path) as handle:
+            document = json.load(handle)
+        for row in document["results"]:
+            row.pop("target", None)
+        unnamed = os.path.join(self.dir, "bench-unnamed.json")
+        with open(unnamed, "w") as handle:
+            json.dump(document, handle)
+        run = plots("-o", os.path.join(self.dir, "unnamed"), path, unnamed)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("the first is drawn", run.stdout)
+        check_png(self, os.path.join(self.dir, "unnamed", "targets.png"))
         # One machine with one target has nothing to set side by side.
         out = os.path.join(self.dir, "one-target")
         run = plots("-o", out, self.runs["one"])

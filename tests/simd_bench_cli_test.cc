@@ -94,8 +94,9 @@ TEST(SimdBenchCli, JsonCarriesTheFalsePositiveRateAndBitsPerKey) {
 }
 
 // Every row carries the run-to-run spread of its repetitions: none for one
-// run, (slowest - fastest) / median for more, which cannot be negative and
-// (the median lies between them) cannot pass (slowest - fastest) / fastest.
+// run, (slowest - fastest) / median for more: never negative, and not zero
+// everywhere (three timings of a row agreeing to the nanosecond in every
+// row would mean the spread is not computed).
 TEST(SimdBenchCli, EveryRowCarriesItsRunToRunSpread) {
   for (const int repetitions : {1, 3}) {
     const CliRun run = run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions " +
@@ -103,6 +104,7 @@ TEST(SimdBenchCli, EveryRowCarriesItsRunToRunSpread) {
     ASSERT_EQ(run.status, 0) << run.err;
     const auto json = nlohmann::json::parse(run.out);
     ASSERT_FALSE(json.at("results").empty());
+    int moved = 0;
     for (const auto& row : json.at("results")) {
       ASSERT_TRUE(row.contains("spread")) << row.dump();
       const double spread = row.at("spread").get<double>();
@@ -110,8 +112,11 @@ TEST(SimdBenchCli, EveryRowCarriesItsRunToRunSpread) {
         EXPECT_EQ(spread, 0.0) << row.dump();
       } else {
         EXPECT_GE(spread, 0.0) << row.dump();
-        EXPECT_LT(spread, 100.0) << row.dump();  // a ratio, not a percentage or a time
+        moved += spread > 0 ? 1 : 0;
       }
+    }
+    if (repetitions > 1) {
+      EXPECT_GT(moved, 0) << run.out;
     }
   }
   const CliRun table = run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions 1");
@@ -196,7 +201,9 @@ TEST(SimdBenchCli, TheTargetCanBeChosenAndAWrongOneIsAUsageError) {
   const auto json = nlohmann::json::parse(chosen.out);
   EXPECT_EQ(json.at("simd_target"), last);
   for (const auto& row : json.at("results")) {
-    if (row.at("backend") == "simd") EXPECT_EQ(row.at("target"), last);
+    if (row.at("backend") == "simd") {
+      EXPECT_EQ(row.at("target"), last);
+    }
   }
   EXPECT_EQ(wrong_env.status, 2);
   EXPECT_NE(wrong_env.err.find("ABF_SIMD_TARGET"), std::string::npos) << wrong_env.err;

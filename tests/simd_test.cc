@@ -655,7 +655,9 @@ TEST_P(SimdTargetTest, ContentFingerprintEqualsTheLibrary) {
     for (int i = 0; i < 1000; ++i) times += ContentFingerprint::of(repeated);
     ASSERT_EQ(got, times);
   }
-  // The public sum goes through the engine table to this kernel.
+  // The public sum reaches this kernel through the fallback row.
+  ASSERT_NE(detail::fallback_fingerprint(), nullptr) << "the simd row lost its fingerprint";
+  EXPECT_EQ(detail::fallback_fingerprint(), detail::fallback_engine().fingerprint);
   EXPECT_EQ(ContentFingerprint::of(std::span<const Digest>(digests)),
             reference(digests.data(), digests.size()));
 }

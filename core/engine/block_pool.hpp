@@ -23,7 +23,9 @@ namespace abf::detail {
 // one size at a time: a block of another size replaces those held. At most
 // max_blocks blocks and max_held_bytes are held; a block below
 // min_block_bytes (cheap to fault in) or above max_held_bytes is freed and
-// leaves the pool as it was, and one past either cap is freed. Thread-safe.
+// leaves the pool as it was, and one past either cap is freed. give and
+// replace never throw (they run in deleters and destructors): a block the
+// pool cannot record is freed. Thread-safe.
 class BlockPool {
  public:
   constexpr BlockPool(std::size_t min_block_bytes, std::size_t max_blocks,
@@ -44,8 +46,9 @@ class BlockPool {
     return block;
   }
 
-  // Hands `block` of `bytes` to the pool, which keeps or frees it.
-  void give(void* block, std::size_t bytes) {
+  // Hands `block` of `bytes` to the pool, which keeps it beside those held
+  // (within the caps) or frees it.
+  void give(void* block, std::size_t bytes) noexcept {
     if (block == nullptr) return;
     if (bytes < min_block_bytes_ || bytes > max_held_bytes_) {
       std::free(block);
@@ -58,13 +61,36 @@ class BlockPool {
         dropped = std::exchange(blocks_, {});
         bytes_ = bytes;
       }
-      if (blocks_.size() < max_blocks_ && (blocks_.size() + 1) * bytes <= max_held_bytes_) {
-        blocks_.push_back(block);
-        block = nullptr;
+      if (fits(blocks_.size() + 1, bytes)) {
+        try {
+          blocks_.push_back(block);
+          block = nullptr;
+        } catch (...) {  // no room to record it: freed below
+        }
       }
     }
     std::free(block);
     for (void* old : dropped) std::free(old);
+  }
+
+  // Frees every block held and keeps `blocks`, each of `bytes`, in their
+  // place (as many as the caps allow; the rest are freed): one owner's
+  // set, such as a finished build's buffers, replacing the last one's.
+  void replace(std::size_t bytes, std::vector<void*> blocks) noexcept {
+    if (bytes < min_block_bytes_ || bytes > max_held_bytes_) {
+      for (void* block : blocks) std::free(block);
+      blocks.clear();
+    }
+    std::size_t keep = 0;
+    while (keep < blocks.size() && fits(keep + 1, bytes)) ++keep;
+    for (std::size_t i = keep; i < blocks.size(); ++i) std::free(blocks[i]);
+    blocks.resize(keep);  // shrinks: no allocation
+    {
+      const std::lock_guard lock(mutex_);
+      std::swap(blocks_, blocks);
+      bytes_ = bytes;
+    }
+    for (void* old : blocks) std::free(old);  // what was held before
   }
 
   std::size_t held_bytes() {
@@ -73,7 +99,7 @@ class BlockPool {
   }
 
   // Frees every block held.
-  void clear() {
+  void clear() noexcept {
     std::vector<void*> dropped;
     {
       const std::lock_guard lock(mutex_);
@@ -83,6 +109,11 @@ class BlockPool {
   }
 
  private:
+  // Whether `count` blocks of `bytes` stay within both caps.
+  bool fits(std::size_t count, std::size_t bytes) const noexcept {
+    return count <= max_blocks_ && count * bytes <= max_held_bytes_;
+  }
+
   const std::size_t min_block_bytes_;
   const std::size_t max_blocks_;
   const std::size_t max_held_bytes_;

@@ -65,6 +65,9 @@ class BuildLane {
 // serially).
 enum class EngineKind { kHost, kDevice };
 
+// An engine's content fingerprint of a block of digests (Engine::fingerprint).
+using FingerprintFn = ContentFingerprint (*)(std::span<const Digest> digests) noexcept;
+
 struct Engine {
   std::string_view name;     // what Backend::parse accepts
   std::string_view summary;  // one line for --help and `abf --version`
@@ -92,9 +95,9 @@ struct Engine {
   // Frees memory kept for the next build or query (abf::release_cached_buffers).
   void (*release_caches)() noexcept;
   // The content fingerprint of a block of digests on the calling thread,
-  // equal to ContentFingerprint::of's own loop, which calls the fallback
-  // engine's when it has one (every build sums one); null: none.
-  ContentFingerprint (*fingerprint)(std::span<const Digest> digests) noexcept = nullptr;
+  // equal to content_fingerprint_one_by_one; ContentFingerprint::of (every
+  // build sums one) calls the fallback row's when it has one; null: none.
+  FingerprintFn fingerprint = nullptr;
 };
 
 // ContentFingerprint::of(span) without any engine: the library's XXH3-128 a
@@ -112,6 +115,9 @@ std::span<const Engine* const> engine_table() noexcept;
 const Engine* find_engine(std::string_view name) noexcept;
 // The row marked `fallback` (SIMD today).
 const Engine& fallback_engine() noexcept;
+// That row's fingerprint (null if it has none), found without the table:
+// callable from any context, static destruction included.
+FingerprintFn fallback_fingerprint() noexcept;
 
 struct EngineChoice {
   const Engine* engine = nullptr;

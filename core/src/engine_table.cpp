@@ -89,6 +89,16 @@ const Engine* find_engine(std::string_view name) noexcept {
 
 const Engine& fallback_engine() noexcept { return *table().fallback; }
 
+FingerprintFn fallback_fingerprint() noexcept {
+  // The registered rows themselves (a constant array), not table(): no
+  // allocation and nothing destroyed at exit, so ContentFingerprint::of
+  // stays callable from anywhere it was before it had a vector kernel.
+  for (const Engine* row : registered_engines()) {
+    if (row->fallback) return row->fingerprint;
+  }
+  return nullptr;
+}
+
 Result<EngineChoice> choose_engine(Backend requested, const Workload& workload) {
   if (!requested.is_auto()) return choose_named(requested.name(), "");
   if (const char* forced = std::getenv("ABF_BACKEND"); forced != nullptr && *forced != '\0') {

@@ -43,10 +43,11 @@ namespace detail {
 
 namespace {
 
-// The bitset of the last filter freed, kept for the next allocate_words of
-// the same size, so a build zeroes memory it already has instead of faulting
-// in fresh pages (block_pool.hpp has the measurements). One block, from 2 MiB
-// (a huge page: smaller ones are cheap to fault in) to the build budget.
+// A freed filter's bitset, kept for the next allocate_words of the same
+// size, so a build zeroes memory it already has instead of faulting in fresh
+// pages (block_pool.hpp has the measurements). One block, from 2 MiB (a huge
+// page: smaller ones are cheap to fault in) to the build budget; a bitset of
+// another size freed later takes its place, one of the same size is freed.
 // Never destroyed: a filter freed during static destruction still finds it.
 BlockPool& words_pool() {
   static auto* pool = new BlockPool(kHugePage, 1, kBuildScratchBudget);
