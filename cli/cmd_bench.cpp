@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +40,7 @@ struct BenchOptions {
   double fpp = workload::kTargetFpp;  // every scenario's target p
   bool json = false;
   std::string simd_targets;  // --simd-target: "all" or names; empty: the one in use
+  bool simd_targets_given = false;  // --simd-target was on the line (perhaps empty)
 };
 
 // One backend as measured: the SIMD engine once per Highway target asked for
@@ -117,10 +119,11 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
-// Run-to-run spread of a row's timed runs: (slowest - fastest) / median, 0
-// for a single run. What "spread under 15% over five runs" reads.
+// Run-to-run spread of a row's timed runs: (slowest - fastest) / median; -1
+// (unmeasured: JSON null) for a single run. What "spread under 15% over
+// five runs" reads.
 double spread(const std::vector<double>& values) {
-  if (values.size() < 2) return 0;
+  if (values.size() < 2) return -1;
   const auto [fastest, slowest] = std::ranges::minmax(values);
   const double middle = median(values);
   return middle > 0 ? (slowest - fastest) / middle : 0;
@@ -141,7 +144,7 @@ struct Row {
   double fraction_of_ceiling = 0;       // of the random_line row (1 for the ceiling rows)
   std::int64_t prefetch_distance = -1;  // random_line: the best distance; -1 elsewhere
   // Of the --repetitions runs (spread() above); -1 for a row measured once
-  // whatever --repetitions says (h2d_copy): JSON null, "-" in the table.
+  // (--repetitions 1, and h2d_copy always): JSON null, "-" in the table.
   double spread = -1;
   // The filter the row ran against (filter rows only; the ceiling rows have
   // none): its spec, and its fill and false-positive rate once all n members
@@ -520,24 +523,51 @@ int run_bench(const BenchOptions& options) {
     if (options.simd_targets == "all") {
       targets = simd_compiled_targets();
     } else {
-      // Each name checked by choosing it, then the target in use again.
+      // Each name (spaces around it dropped, any case; "best": the best
+      // this CPU runs) checked by choosing it and recorded as the target
+      // it chose, once; then the target in use again.
       const std::string in_use = simd_target_name();
       std::istringstream names(options.simd_targets);
       for (std::string name; std::getline(names, name, ',');) {
-        if (name.empty()) continue;
+        const auto first = name.find_first_not_of(" \t");
+        if (first == std::string::npos) continue;
+        name = name.substr(first, name.find_last_not_of(" \t") - first + 1);
+        std::ranges::transform(name, name.begin(), [](unsigned char c) {
+          return static_cast<char>(std::toupper(c));
+        });
+        if (name == "BEST") name = "best";
         if (auto known = use_simd_target(name); !known) {
           return usage_error("bench", "--simd-target: " + known.error().message);
         }
-        targets.push_back(name);
+        std::string chosen = simd_target_name();
+        if (std::ranges::find(targets, chosen) == targets.end()) {
+          targets.push_back(std::move(chosen));
+        }
       }
       if (auto used = use_simd_target(in_use); !used) return report("bench", used.error());
+      if (targets.empty()) {
+        return usage_error("bench", "--simd-target '" + options.simd_targets +
+                                        "' names no target: all, best, or names such as AVX2 "
+                                        "(`abf --version` lists this CPU's)");
+      }
     }
     for (auto& target : targets) cases.push_back({backend, std::move(target)});
   }
-  if (!options.simd_targets.empty() &&
+  if (options.simd_targets_given &&
       std::ranges::none_of(cases, [](const BenchCase& c) { return !c.simd_target.empty(); })) {
     return usage_error("bench", "--simd-target measures the simd backend, which --backend " +
                                     options.backend + " leaves out");
+  }
+  // The targets the simd rows run on, for the header and the JSON's top level.
+  std::vector<std::string> measured_targets;
+  for (const BenchCase& c : cases) {
+    if (c.backend == Backend::kSimd) {
+      measured_targets.push_back(c.simd_target.empty() ? simd_target_name() : c.simd_target);
+    }
+  }
+  std::string measured_list;
+  for (const auto& target : measured_targets) {
+    measured_list += (measured_list.empty() ? "" : ", ") + target;
   }
   std::vector<std::uint32_t> protocols;
   if (options.protocol == "all") {
@@ -615,14 +645,19 @@ int run_bench(const BenchOptions& options) {
                                 {"cpu_family_model", family_model},
                                 {"cpu_flags", flags},
                                 {"simd_target", simd_target_name()},
+                                {"simd_targets", measured_targets},
                                 {"hardware_threads", hardware_threads()},
                                 {"repetitions", options.repetitions},
                                 {"results", results}};
     std::cout << out.dump(2) << '\n';
   } else {
-    std::printf("cpu: %s (family/model %s; %s), SIMD target: %s\n", cpu.c_str(),
-                family_model.c_str(), flags.empty() ? "no AVX2" : flags.c_str(),
-                simd_target_name().c_str());
+    const std::string simd_line =
+        measured_targets.empty() || measured_list == simd_target_name()
+            ? "SIMD target: " + simd_target_name()
+            : "SIMD targets measured: " + measured_list + " (in use otherwise: " +
+                  simd_target_name() + ")";
+    std::printf("cpu: %s (family/model %s; %s), %s\n", cpu.c_str(), family_model.c_str(),
+                flags.empty() ? "no AVX2" : flags.c_str(), simd_line.c_str());
     print_table(rows);
   }
   return kExitOk;
@@ -645,8 +680,8 @@ Command add_bench_command(CLI::App& root) {
       "build k) x ns per line / ns per item. random_load rows (plain random 64-bit loads,\n"
       "no prefetch) are the ceiling of earlier versions, kept for comparison; their\n"
       "`ceiling` column is line / load time. `spread` (JSON spread) is the run-to-run\n"
-      "spread of a row: (slowest - fastest) / median of its --repetitions runs (null\n"
-      "for h2d_copy, measured once).\n"
+      "spread of a row: (slowest - fastest) / median of its --repetitions runs (none, JSON\n"
+      "null, for a row measured once: --repetitions 1, and h2d_copy).\n"
       "For cuda rows the ceiling is the h2d_copy row instead: digests per second a pinned\n"
       "host-to-device copy carries (their digests start in host memory).\n"
       "Without --threads every case runs at 1 thread and at every core. --protocol 2 runs\n"
@@ -654,10 +689,12 @@ Command add_bench_command(CLI::App& root) {
       "benchmark key); all runs both, interleaved, so their ratio is measured side by side.\n"
       "--json rows of a filter also carry its bits_per_key, fill_ratio and estimated_fpp;\n"
       "query_absent rows the observed_fpp (false_positives of the non-members asked).\n"
-      "--simd-target runs the simd rows once per Highway target named (comma-separated, or\n"
-      "all: every target this CPU runs, as in `abf --version`), interleaved, so an AVX-512\n"
-      "machine measures its AVX2 path too; ABF_SIMD_TARGET=AVX2 does the same for any\n"
-      "command. JSON rows name the cpu, its family/model and vector flags, and the target.\n"
+      "--simd-target runs the simd rows once per Highway target named (comma-separated, in\n"
+      "any case; best: the best this CPU runs; all: every target it runs, as in `abf\n"
+      "--version`), interleaved, so an AVX-512 machine measures its AVX2 path too.\n"
+      "ABF_SIMD_TARGET=AVX2 (one target) runs any command on that target. JSON rows name\n"
+      "the cpu, its family/model and vector flags, and the target each ran on; the top\n"
+      "level lists simd_targets, the targets measured.\n"
       "scripts/plots draws PNGs from one or more --json outputs (one per machine).\n"
       "Examples:\n"
       "  abf bench --scenario l2\n"
@@ -683,8 +720,9 @@ Command add_bench_command(CLI::App& root) {
       ->check(real_validator(1e-9, 0.5, "the false-positive rate of every scenario"));
   app->add_flag("--json", options->json, "Print one JSON object instead of a table");
   app->add_option("--simd-target", options->simd_targets,
-                  "Highway targets of the simd rows: all, or names such as AVX3_DL,AVX2\n"
-                  "(default: the best this CPU runs, or ABF_SIMD_TARGET)");
+                  "Highway targets of the simd rows: all, best, or names such as AVX3_DL,AVX2\n"
+                  "(default: the best this CPU runs, or ABF_SIMD_TARGET)")
+      ->each([options](const std::string&) { options->simd_targets_given = true; });
   // Not add_threads_option: the default here is two thread counts.
   app->add_option("--threads", options->threads,
                   "Worker threads of every case (default: each case at 1 thread and at every\n"

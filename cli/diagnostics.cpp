@@ -173,7 +173,12 @@ std::optional<std::string> backend_environment_error() {
 std::optional<std::string> apply_simd_target_environment() {
   const char* forced = std::getenv("ABF_SIMD_TARGET");
   if (forced == nullptr || *forced == '\0') return std::nullopt;
-  if (auto used = use_simd_target(forced); !used) return "ABF_SIMD_TARGET: " + used.error().message;
+  // One name, in any case, as --simd-target takes them ("best" too).
+  std::string name(forced);
+  std::ranges::transform(name, name.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (name == "BEST") name = "best";
+  if (auto used = use_simd_target(name); !used) return "ABF_SIMD_TARGET: " + used.error().message;
   return std::nullopt;
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,7 +26,9 @@ std::vector<CommandRegistration>& command_registry() {
 
 namespace {
 
-std::string version_text() {
+// `simd_problem`: why ABF_SIMD_TARGET could not be applied, if it was set
+// and could not.
+std::string version_text(const std::optional<std::string>& simd_problem) {
   // The engines come from the library's table; each says whether it can run
   // here and on what.
   const auto engines = abf::list_backends();
@@ -40,6 +44,9 @@ std::string version_text() {
   text += "\nsimd targets:";
   for (const auto& target : abf::simd_compiled_targets()) text += " " + target;
   text += "\nsimd target in use: " + abf::simd_target_name();
+  if (const char* forced = std::getenv("ABF_SIMD_TARGET"); forced != nullptr && *forced != '\0') {
+    text += simd_problem ? " (" + *simd_problem + ")" : " (chosen by ABF_SIMD_TARGET)";
+  }
   text += "\ncuda: " + abf::cuda_device_description();
   return text;
 }
@@ -64,6 +71,10 @@ int main(int argc, char** argv) {
   // shell sees 128 + its number. SIGKILL runs nothing; AtomicFile's
   // anonymous temporaries (O_TMPFILE) leave nothing to remove then either.
   abf::remove_temporary_files_on_signal();
+  // ABF_SIMD_TARGET runs the SIMD engine on a lesser target (AVX2 on an
+  // AVX-512 CPU), for measuring it; every target answers alike. Applied
+  // first, so --version reports it; a bad name is a usage error below.
+  const std::optional<std::string> simd_problem = abf::cli::apply_simd_target_environment();
   // Whatever goes through stdio (help, version, bench and demo tables)
   // stays in one buffer to the end unless stdout is a terminal, so a failed
   // write surfaces in the final flush with its errno (flush_stdout).
@@ -80,7 +91,7 @@ int main(int argc, char** argv) {
       "  abf query --snapshot c.abf --input candidates.txt",
       "abf"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", version_text());
+  app.set_version_flag("--version", version_text(simd_problem));
   app.footer(
       "Exit status, for every command: 0 success; 1 failure, a missing file included (one\n"
       "line on stderr); 2 usage error. `-` is standard input or output on every path that is a\n"
@@ -131,11 +142,7 @@ int main(int argc, char** argv) {
     if (auto bad = abf::cli::backend_environment_error()) {
       return abf::cli::usage_error(parsed_path(app), *bad);
     }
-    // ABF_SIMD_TARGET runs the SIMD engine on a lesser target (AVX2 on an
-    // AVX-512 CPU), for measuring it; every target answers alike.
-    if (auto bad = abf::cli::apply_simd_target_environment()) {
-      return abf::cli::usage_error(parsed_path(app), *bad);
-    }
+    if (simd_problem) return abf::cli::usage_error(parsed_path(app), *simd_problem);
     const int status = command.run();
     // Whatever a command printed through std::cout or stdio is flushed
     // here: a lost standard output is a failure, never a success.

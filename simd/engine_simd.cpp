@@ -136,8 +136,9 @@ Result<void> use_simd_target(std::string_view name) {
   if (simd::use_target(name)) return {};
   std::string known = "best";
   for (const auto& target : simd::compiled_targets()) known += ", " + target;
-  return fail(ErrorCode::kInvalidArgument, "unknown SIMD target '" + std::string(name) +
-                                               "' (this CPU and build run: " + known + ")");
+  return fail(ErrorCode::kInvalidArgument, "SIMD target '" + std::string(name) +
+                                               "' is not one this CPU and build run (they are: " +
+                                               known + ")");
 }
 
 }  // namespace abf

@@ -2,6 +2,7 @@
 // every backend, operation and thread count, with plausible values.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -93,7 +94,7 @@ TEST(SimdBenchCli, JsonCarriesTheFalsePositiveRateAndBitsPerKey) {
   }
 }
 
-// Every row carries the run-to-run spread of its repetitions: none for one
+// Every row carries the run-to-run spread of its repetitions: null for one
 // run, (slowest - fastest) / median for more: never negative, and not zero
 // everywhere (three timings of a row agreeing to the nanosecond in every
 // row would mean the spread is not computed).
@@ -107,10 +108,10 @@ TEST(SimdBenchCli, EveryRowCarriesItsRunToRunSpread) {
     int moved = 0;
     for (const auto& row : json.at("results")) {
       ASSERT_TRUE(row.contains("spread")) << row.dump();
-      const double spread = row.at("spread").get<double>();
       if (repetitions == 1) {
-        EXPECT_EQ(spread, 0.0) << row.dump();
+        EXPECT_TRUE(row.at("spread").is_null()) << row.dump();
       } else {
+        const double spread = row.at("spread").get<double>();
         EXPECT_GE(spread, 0.0) << row.dump();
         moved += spread > 0 ? 1 : 0;
       }
@@ -216,6 +217,51 @@ TEST(SimdBenchCli, TheTargetCanBeChosenAndAWrongOneIsAUsageError) {
   const CliRun scalar_only = run_abf("bench --scenario l2 --backend scalar --simd-target " + last);
   EXPECT_EQ(scalar_only.status, 2);
   EXPECT_NE(scalar_only.err.find("simd backend"), std::string::npos) << scalar_only.err;
+  const CliRun none = run_abf("bench --scenario l2 --backend simd --simd-target ' , '");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.err.find("names no target"), std::string::npos) << none.err;
+  const CliRun empty = run_abf("bench --scenario l2 --backend simd --simd-target ''");
+  EXPECT_EQ(empty.status, 2) << empty.out;
+}
+
+// Names are taken with spaces around them and in any case, "best" is the
+// best target by its name, each target is measured once, and the JSON's top
+// level lists the targets measured.
+TEST(SimdBenchCli, TargetNamesAreForgivingAndRecordedAsRun) {
+  const auto targets = version_targets();
+  ASSERT_FALSE(targets.empty());
+  std::string lower = targets.back();
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const CliRun run =
+      run_abf("bench --scenario l2 --backend simd --threads 1 --repetitions 1 --json "
+              "--simd-target ' best , " + lower + " ," + targets.front() + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto json = nlohmann::json::parse(run.out);
+  std::vector<std::string> expected = {targets.front()};
+  if (targets.back() != targets.front()) expected.push_back(targets.back());
+  EXPECT_EQ(json.at("simd_targets").get<std::vector<std::string>>(), expected);
+  std::set<std::string> seen;
+  for (const auto& row : json.at("results")) {
+    if (row.at("backend") == "simd") seen.insert(row.at("target").get<std::string>());
+  }
+  EXPECT_EQ(seen, std::set<std::string>(expected.begin(), expected.end()));
+}
+
+// `abf --version` says which target ABF_SIMD_TARGET chose, and why a bad
+// name was not taken.
+TEST(SimdBenchCli, VersionReportsTheTargetTheEnvironmentChose) {
+  const auto targets = version_targets();
+  ASSERT_FALSE(targets.empty());
+  ::setenv("ABF_SIMD_TARGET", targets.back().c_str(), 1);
+  const CliRun chosen = run_abf("--version");
+  ::setenv("ABF_SIMD_TARGET", "NO_SUCH_TARGET", 1);
+  const CliRun wrong = run_abf("--version");
+  ::unsetenv("ABF_SIMD_TARGET");
+  ASSERT_EQ(chosen.status, 0) << chosen.err;
+  EXPECT_NE(chosen.out.find("simd target in use: " + targets.back() + " (chosen by ABF_SIMD_TARGET)"),
+            std::string::npos)
+      << chosen.out;
+  EXPECT_NE(wrong.out.find("NO_SUCH_TARGET"), std::string::npos) << wrong.out;
 }
 
 TEST(SimdBenchCli, RejectsAnUnknownScenario) {
