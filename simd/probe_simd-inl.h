@@ -457,6 +457,35 @@ alignas(32) inline constexpr std::uint32_t kLeftPack4[16][8] = {
     {0, 1, 2, 3, 4, 5, 6, 7}};
 #endif
 
+// Writes the lanes of `st` and `next` that `keep` marks, in order, to
+// step_out and state_out (a whole vector each: entries past the count are
+// scratch); returns their count. The three forms are VectorRound's, below.
+template <bool kRegisterCompress, class D, class M, class V>
+HWY_INLINE std::size_t CompressPair(D d, M keep, V st, V next, std::uint64_t* HWY_RESTRICT step_out,
+                                    std::uint64_t* HWY_RESTRICT state_out) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kRegisterCompress) {
+    // Highway 1.0.3 has no name for the register form (its Compress is a
+    // table permute), hence the intrinsic.
+    hn::StoreU(V{_mm512_maskz_compress_epi64(keep.raw, st.raw)}, d, step_out);
+    hn::StoreU(V{_mm512_maskz_compress_epi64(keep.raw, next.raw)}, d, state_out);
+    return hn::CountTrue(d, keep);
+  }
+#endif
+#if HWY_TARGET == HWY_AVX2
+  const auto kept_lanes = static_cast<unsigned>(hn::detail::BitsFromMask(keep));
+  const hn::Indices256<std::uint32_t> pack{
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(kLeftPack4[kept_lanes]))};
+  const hn::Repartition<std::uint32_t, D> d32;
+  hn::StoreU(hn::BitCast(d, hn::TableLookupLanes(hn::BitCast(d32, st), pack)), d, step_out);
+  hn::StoreU(hn::BitCast(d, hn::TableLookupLanes(hn::BitCast(d32, next), pack)), d, state_out);
+  return static_cast<std::size_t>(__builtin_popcount(kept_lanes));
+#else
+  hn::CompressStore(st, keep, d, step_out);
+  return hn::CompressStore(next, keep, d, state_out);
+#endif
+}
+
 // One compaction round of QueryBlock in vectors: a lane per probe, the
 // words gathered, each probe's next state and its step compressed to the
 // front when its bit is set. The steps move with the states (step is by
@@ -536,29 +565,7 @@ HWY_INLINE std::size_t VectorRound(const std::uint64_t* HWY_RESTRICT words, std:
       // probe::advance on the low half: next - m when the position reached m.
       next = hn::IfThenElse(hn::Lt(hn::And(next, position_mask), vm), next, hn::Sub(next, vm));
     }
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    if constexpr (kRegisterCompress) {
-      // Highway 1.0.3 has no name for the register form (its Compress is a
-      // table permute), hence the intrinsic.
-      using V = hn::VFromD<decltype(d)>;
-      hn::StoreU(V{_mm512_maskz_compress_epi64(keep.raw, st.raw)}, d, step + kept);
-      hn::StoreU(V{_mm512_maskz_compress_epi64(keep.raw, next.raw)}, d, state + kept);
-      kept += hn::CountTrue(d, keep);
-      continue;
-    }
-#endif
-#if HWY_TARGET == HWY_AVX2
-    const auto kept_lanes = static_cast<unsigned>(hn::detail::BitsFromMask(keep));
-    const hn::Indices256<std::uint32_t> pack{
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(kLeftPack4[kept_lanes]))};
-    const hn::Repartition<std::uint32_t, decltype(d)> d32;
-    hn::StoreU(hn::BitCast(d, hn::TableLookupLanes(hn::BitCast(d32, st), pack)), d, step + kept);
-    hn::StoreU(hn::BitCast(d, hn::TableLookupLanes(hn::BitCast(d32, next), pack)), d, state + kept);
-    kept += static_cast<std::size_t>(__builtin_popcount(kept_lanes));
-#else
-    hn::CompressStore(st, keep, d, step + kept);
-    kept += hn::CompressStore(next, keep, d, state + kept);
-#endif
+    kept += CompressPair<kRegisterCompress>(d, keep, st, next, step + kept, state + kept);
   }
   for (; t < active; ++t) {
     const std::uint64_t s = state[t];
