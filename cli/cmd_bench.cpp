@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -531,11 +530,7 @@ int run_bench(const BenchOptions& options) {
       for (std::string name; std::getline(names, name, ',');) {
         const auto first = name.find_first_not_of(" \t");
         if (first == std::string::npos) continue;
-        name = name.substr(first, name.find_last_not_of(" \t") - first + 1);
-        std::ranges::transform(name, name.begin(), [](unsigned char c) {
-          return static_cast<char>(std::toupper(c));
-        });
-        if (name == "BEST") name = "best";
+        name = simd_target_spelling(name.substr(first, name.find_last_not_of(" \t") - first + 1));
         if (auto known = use_simd_target(name); !known) {
           return usage_error("bench", "--simd-target: " + known.error().message);
         }

@@ -89,6 +89,9 @@ std::optional<std::string> backend_environment_error();
 // Applies ABF_SIMD_TARGET (a Highway target name, or "best") to the SIMD
 // engine; the usage error when it names no target this CPU and build run.
 std::optional<std::string> apply_simd_target_environment();
+// A SIMD target's name as abf::use_simd_target takes it: Highway's names are
+// upper case, "best" lower; what users type may be either.
+std::string simd_target_spelling(std::string name);
 
 // ---------------------------------------------------------------------------
 // Standard streams. `-` is standard input or output on every path argument

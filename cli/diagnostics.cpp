@@ -174,12 +174,16 @@ std::optional<std::string> apply_simd_target_environment() {
   const char* forced = std::getenv("ABF_SIMD_TARGET");
   if (forced == nullptr || *forced == '\0') return std::nullopt;
   // One name, in any case, as --simd-target takes them ("best" too).
-  std::string name(forced);
+  if (auto used = use_simd_target(simd_target_spelling(forced)); !used) {
+    return "ABF_SIMD_TARGET: " + used.error().message;
+  }
+  return std::nullopt;
+}
+
+std::string simd_target_spelling(std::string name) {
   std::ranges::transform(name, name.begin(),
                          [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  if (name == "BEST") name = "best";
-  if (auto used = use_simd_target(name); !used) return "ABF_SIMD_TARGET: " + used.error().message;
-  return std::nullopt;
+  return name == "BEST" ? "best" : name;
 }
 
 bool is_spec_error(ErrorCode code) noexcept {

@@ -32,8 +32,8 @@ ContentFingerprint ContentFingerprint::of(const Digest& digest) noexcept {
 }
 
 ContentFingerprint ContentFingerprint::of(std::span<const Digest> digests) noexcept {
-  // The vector engine's, where it has one: a digest a lane, 2-5x faster
-  // than the library's call a digest (docs/performance.md).
+  // The vector engine's, where it has one: a digest a lane (AVX2: 27
+  // instructions a digest against 51 here, callgrind; docs/performance.md).
   if (const auto fingerprint = detail::fallback_fingerprint()) return fingerprint(digests);
   return detail::content_fingerprint_one_by_one(digests);
 }
