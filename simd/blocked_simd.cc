@@ -1,0 +1,254 @@
+// The Highway kernels of the one-line protocols 3 and 4 (blocked_simd.h,
+// docs/protocol.md section 4c), compiled for every target in hwy_targets.h
+// and dispatched at run time, as probe_simd.cc is.
+//
+// A digest touches one 64-byte block: eight 64-bit words, one bit in each.
+// The eight masks come from one broadcast of the position bytes q: shift it
+// right by 8 j in lane j, keep the low six bits, shift a one left by them.
+// AVX-512 holds the whole block in one register (load, andnot, test: one
+// compare for all eight words), AVX2 in two, the 128-bit targets in four,
+// the scalar target in eight.
+//
+// The batch pipeline: the block and q of a group of digests are computed in
+// vector lanes (SipHash-2-4-128 for protocol 4, probe_simd-inl.h's), their
+// lines prefetched, and the previous group tested (or set) meanwhile, so a
+// group's misses overlap.
+#include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "abf/blocked.hpp"
+#include "blocked_simd.h"
+#include "prefetch.hpp"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "blocked_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "probe_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace abf::HWY_NAMESPACE {
+
+// Digests whose blocks are computed and prefetched while the group before
+// them is tested or set.
+inline constexpr std::size_t kLineGroup = 32;
+
+// Shift of lane j of a block: 8 j (the position byte of word j).
+alignas(64) static constexpr std::uint64_t kLineShifts[8] = {0, 8, 16, 24, 32, 40, 48, 56};
+
+// Vector step 1 of protocol 3: h = the big-endian d[0..8), q = the
+// little-endian d[8..16).
+struct LineHash3 {
+  template <class D, class V = hn::VFromD<D>>
+  HWY_INLINE void operator()(D d, V w0, V w1, V /*w2*/, V /*w3*/, V& h, V& q) const {
+    h = ByteSwap64(d, w0);
+    q = w1;
+  }
+  blocked::LineHash operator()(const std::uint8_t* digest) const {
+    return blocked::unkeyed_line_hash(digest);
+  }
+};
+
+// Vector step 1 of protocol 4: the two words of SipHash-2-4-128 (the
+// vector SipHash of protocol 2, probe_simd-inl.h).
+struct LineHash4 {
+  KeyedHash sip;
+  template <class D, class V = hn::VFromD<D>>
+  HWY_INLINE void operator()(D d, V w0, V w1, V w2, V w3, V& h, V& q) const {
+    sip(d, w0, w1, w2, w3, h, q);
+  }
+  blocked::LineHash operator()(const std::uint8_t* digest) const {
+    return blocked::keyed_line_hash(sip.key, digest);
+  }
+};
+
+// floor(h * B / 2^64) in lanes, B < 2^32 (blocked::block_of): two 32x32-bit
+// products.
+template <class D, class V = hn::VFromD<D>>
+HWY_INLINE V BlockOf(D d, V h, V block_count) {
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(d, blocked::block_of(hn::GetLane(h), hn::GetLane(block_count)));
+#else
+  const hn::Repartition<std::uint32_t, D> d32;
+  const V low = hn::MulEven(hn::BitCast(d32, h), hn::BitCast(d32, block_count));
+  const V high = hn::MulEven(hn::BitCast(d32, hn::ShiftRight<32>(h)), hn::BitCast(d32, block_count));
+  return hn::ShiftRight<32>(hn::Add(high, hn::ShiftRight<32>(low)));
+#endif
+}
+
+// line[i] = the first word of digest i's block, q[i] its position bytes.
+template <class Hash>
+HWY_INLINE void HashGroup(const Hash& hash, std::uint64_t block_count, const Digest* digests,
+                          std::size_t count, std::uint64_t* HWY_RESTRICT line,
+                          std::uint64_t* HWY_RESTRICT q) {
+  const hn::ScalableTag<std::uint64_t> d;
+  const std::size_t lanes = hn::Lanes(d);
+  const auto blocks = hn::Set(d, block_count);
+  std::size_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    hn::VFromD<decltype(d)> w0, w1, w2, w3, h, qv;
+    hn::LoadInterleaved4(d, reinterpret_cast<const std::uint64_t*>(digests + i), w0, w1, w2, w3);
+    hash(d, w0, w1, w2, w3, h, qv);
+    hn::StoreU(hn::ShiftLeft<3>(BlockOf(d, h, blocks)), d, line + i);
+    hn::StoreU(qv, d, q + i);
+  }
+  for (; i < count; ++i) {
+    const blocked::LineHash x = hash(digests[i].bytes.data());
+    line[i] = blocked::first_word(blocked::block_of(x.h, block_count));
+    q[i] = x.q;
+  }
+}
+
+// The eight one-bit masks of q, `lanes` words at a time, chunk c of the block.
+template <class D, class V = hn::VFromD<D>>
+HWY_INLINE V LineMask(D d, V q, std::size_t c) {
+  const V shift = hn::Load(d, kLineShifts + c);
+  // The operators, not hn::Shl / hn::Shr: Highway 1.0.3 declares those
+  // without HWY_API, so GCC may leave them out of line.
+  return hn::Set(d, std::uint64_t{1}) << hn::And(q >> shift, hn::Set(d, std::uint64_t{63}));
+}
+
+// Whether every bit of q is set in the block at words + line.
+HWY_INLINE bool LineHas(const std::uint64_t* HWY_RESTRICT block, std::uint64_t q) {
+  const hn::CappedTag<std::uint64_t, 8> d;
+  const std::size_t lanes = hn::Lanes(d);
+  const auto qv = hn::Set(d, q);
+  auto missing = hn::Zero(d);
+  for (std::size_t c = 0; c < blocked::kWordsPerBlock; c += lanes) {
+    missing = hn::Or(missing, hn::AndNot(hn::LoadU(d, block + c), LineMask(d, qv, c)));
+  }
+  return hn::AllTrue(d, hn::Eq(missing, hn::Zero(d)));
+}
+
+// Sets every bit of q in the block at `block`.
+HWY_INLINE void LineSet(std::uint64_t* HWY_RESTRICT block, std::uint64_t q) {
+  const hn::CappedTag<std::uint64_t, 8> d;
+  const std::size_t lanes = hn::Lanes(d);
+  const auto qv = hn::Set(d, q);
+  for (std::size_t c = 0; c < blocked::kWordsPerBlock; c += lanes) {
+    hn::StoreU(hn::Or(hn::LoadU(d, block + c), LineMask(d, qv, c)), d, block + c);
+  }
+}
+
+// Filters below this many bytes sit in L2: prefetching costs instructions only.
+inline bool LinePrefetches(std::uint64_t block_count) {
+  return block_count * 64 >= simd::detail::kPrefetchMinBytes;
+}
+
+template <class Hash>
+HWY_NOINLINE void LineQueryBlocks(const Hash& hash, std::uint64_t block_count,
+                                  const std::uint64_t* words, const Digest* digests,
+                                  std::size_t count, Answer* answers) {
+  HWY_ALIGN std::uint64_t line[2][kLineGroup];
+  HWY_ALIGN std::uint64_t q[2][kLineGroup];
+  const bool prefetch = LinePrefetches(block_count);
+  const auto start = [&](std::size_t begin, std::size_t buffer) ABF_INLINE_LAMBDA {
+    const std::size_t n = std::min(kLineGroup, count - begin);
+    HashGroup(hash, block_count, digests + begin, n, line[buffer], q[buffer]);
+    if (prefetch) {
+      for (std::size_t i = 0; i < n; ++i) hwy::Prefetch(words + line[buffer][i]);
+    }
+  };
+  if (count == 0) return;
+  start(0, 0);
+  std::size_t buffer = 0;
+  for (std::size_t begin = 0; begin < count; begin += kLineGroup, buffer ^= 1) {
+    const std::size_t n = std::min(kLineGroup, count - begin);
+    if (begin + n < count) start(begin + n, buffer ^ 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      answers[begin + i] = LineHas(words + line[buffer][i], q[buffer][i]) ? Answer::kMaybe
+                                                                          : Answer::kDefinitelyNot;
+    }
+  }
+}
+
+template <class Hash>
+HWY_NOINLINE void LineInsertBlocks(const Hash& hash, std::uint64_t block_count,
+                                   std::uint64_t* words, const Digest* digests,
+                                   std::size_t count) {
+  HWY_ALIGN std::uint64_t line[2][kLineGroup];
+  HWY_ALIGN std::uint64_t q[2][kLineGroup];
+  const bool prefetch = LinePrefetches(block_count);
+  const auto start = [&](std::size_t begin, std::size_t buffer) ABF_INLINE_LAMBDA {
+    const std::size_t n = std::min(kLineGroup, count - begin);
+    HashGroup(hash, block_count, digests + begin, n, line[buffer], q[buffer]);
+    if (prefetch) {
+      for (std::size_t i = 0; i < n; ++i) detail::prefetch_for_write(words + line[buffer][i]);
+    }
+  };
+  if (count == 0) return;
+  start(0, 0);
+  std::size_t buffer = 0;
+  for (std::size_t begin = 0; begin < count; begin += kLineGroup, buffer ^= 1) {
+    const std::size_t n = std::min(kLineGroup, count - begin);
+    if (begin + n < count) start(begin + n, buffer ^ 1);
+    for (std::size_t i = 0; i < n; ++i) LineSet(words + line[buffer][i], q[buffer][i]);
+  }
+}
+
+// The protocol's one branch, once per batch; each loop is a function of
+// its own per hasher (as probe_simd.cc's, for the same reason).
+template <class Body>
+HWY_INLINE void WithLineHash(const blocked::LineScheme& scheme, Body&& body) {
+  if (scheme.protocol == blocked::kProtocolBlockedKeyed) {
+    body(LineHash4{KeyedHash{scheme.key}});
+  } else {
+    body(LineHash3{});
+  }
+}
+
+void LineQuery(const blocked::LineScheme& scheme, const std::uint64_t* words,
+               const Digest* digests, std::size_t count, Answer* answers) {
+  WithLineHash(scheme, [&](const auto& hash) {
+    LineQueryBlocks(hash, scheme.block_count, words, digests, count, answers);
+  });
+}
+
+void LineInsert(const blocked::LineScheme& scheme, std::uint64_t* words, const Digest* digests,
+                std::size_t count) {
+  WithLineHash(scheme, [&](const auto& hash) {
+    LineInsertBlocks(hash, scheme.block_count, words, digests, count);
+  });
+}
+
+void LineHashes(const blocked::LineScheme& scheme, const Digest* digests, std::size_t count,
+                std::uint64_t* block, std::uint64_t* q) {
+  WithLineHash(scheme, [&](const auto& hash) {
+    for (std::size_t begin = 0; begin < count; begin += kLineGroup) {
+      const std::size_t n = std::min(kLineGroup, count - begin);
+      HashGroup(hash, scheme.block_count, digests + begin, n, block + begin, q + begin);
+      for (std::size_t i = 0; i < n; ++i) block[begin + i] /= blocked::kWordsPerBlock;
+    }
+  });
+}
+
+}  // namespace abf::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace abf::simd {
+
+HWY_EXPORT(LineQuery);
+HWY_EXPORT(LineInsert);
+HWY_EXPORT(LineHashes);
+
+void blocked_query_batch(const blocked::LineScheme& scheme, const std::uint64_t* words,
+                         const Digest* digests, std::size_t count, Answer* answers) noexcept {
+  HWY_DYNAMIC_DISPATCH(LineQuery)(scheme, words, digests, count, answers);
+}
+
+void blocked_insert_batch(const blocked::LineScheme& scheme, std::uint64_t* words,
+                          const Digest* digests, std::size_t count) noexcept {
+  HWY_DYNAMIC_DISPATCH(LineInsert)(scheme, words, digests, count);
+}
+
+void blocked_hash_batch(const blocked::LineScheme& scheme, const Digest* digests,
+                        std::size_t count, std::uint64_t* block, std::uint64_t* q) noexcept {
+  HWY_DYNAMIC_DISPATCH(LineHashes)(scheme, digests, count, block, q);
+}
+
+}  // namespace abf::simd
+#endif  // HWY_ONCE
