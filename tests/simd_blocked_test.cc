@@ -8,6 +8,7 @@
 #include "hwy_targets.h"  // first: the same HWY_TARGETS as simd/blocked_simd.cc
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <bit>
 #include <cstdint>
@@ -243,6 +244,74 @@ TEST_P(SimdBlockedTest, MatchesEveryGoldenBuild) {
     EXPECT_EQ(maybe, test::split_numbers(row.size() > 9 ? row[9] : ""));
   }
   EXPECT_GE(rows, 2u);
+}
+
+}  // namespace
+}  // namespace abf
+
+namespace abf {
+namespace {
+
+// A filter past 2^35 bits (2^26 + 1 blocks: 4 GiB and 64 bytes, anonymous
+// memory the kernel zeroes lazily, small pages so a few thousand digests
+// touch a few thousand pages): no word or byte index narrower than 64 bits
+// on the path. Every member answers Maybe, every answer of SIMD equals the
+// reference's, and each member's bits are where the 64-bit index says.
+TEST(SimdBlockedLarge, AFilterOfMoreThanTwoToThe35BitsAnswersEveryDigest) {
+  const std::uint64_t blocks = (std::uint64_t{1} << 26) + 1;
+  const std::size_t bytes = blocks * 64;
+  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) GTEST_SKIP() << "cannot map 4 GiB of address space here";
+  ::madvise(memory, bytes, MADV_NOHUGEPAGE);
+  auto* words = static_cast<std::uint64_t*>(memory);
+  for (const std::uint32_t protocol : {blocked::kProtocolBlocked, blocked::kProtocolBlockedKeyed}) {
+    SCOPED_TRACE("protocol " + std::to_string(protocol));
+    blocked::LineScheme s;
+    s.block_count = blocks;
+    s.protocol = protocol;
+    s.key = test_key(7);
+    auto members = test::random_digests(3000, protocol);
+    // The last block and the first, and blocks past 2^32 bytes.
+    const std::uint64_t all = ~std::uint64_t{0};
+    for (const std::uint64_t h : {all, all - 1, std::uint64_t{0}, all / 2 + 1, all / 4 * 3}) {
+      members.push_back(test::digest_with_words(h, 0x0123456789abcdef));
+    }
+    std::vector<std::uint64_t> block(members.size()), q(members.size());
+    simd::blocked_hash_batch(s, members.data(), members.size(), block.data(), q.data());
+    // Where 32-bit indices would wrap: bit 2^32 (7/8 of this filter lies
+    // past it) and byte 2^31 (half).
+    std::size_t past_bit_2_32 = 0, past_byte_2_31 = 0;
+    for (const auto b : block) {
+      past_bit_2_32 += b * 512 >= (std::uint64_t{1} << 32);
+      past_byte_2_31 += b * 64 >= (std::uint64_t{1} << 31);
+    }
+    EXPECT_GT(past_bit_2_32, members.size() * 3 / 4);
+    EXPECT_GT(past_byte_2_31, members.size() / 3);
+    if (protocol == blocked::kProtocolBlocked) EXPECT_EQ(block[3000], blocks - 1);
+    simd::blocked_insert_batch(s, words, members.data(), members.size());
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const blocked::LineHash hash = scalar::blocked_line_hash(s, members[i]);
+      ASSERT_EQ(blocked::block_of(hash.h, blocks), block[i]);
+      for (unsigned j = 0; j < 8; ++j) {
+        const std::uint64_t bit = blocked::bit_index(block[i], hash.q, j);
+        ASSERT_NE(words[bit / 64] & (std::uint64_t{1} << (bit % 64)), 0u) << "member " << i;
+      }
+    }
+    auto probes = members;
+    const auto absent = test::random_digests(20'000, 99 + protocol);
+    probes.insert(probes.end(), absent.begin(), absent.end());
+    std::vector<Answer> expected(probes.size()), got(probes.size());
+    scalar::blocked_query_batch(s, words, probes.data(), probes.size(), expected.data());
+    simd::blocked_query_batch(s, words, probes.data(), probes.size(), got.data());
+    ASSERT_EQ(got, expected);
+    for (std::size_t i = 0; i < members.size(); ++i) ASSERT_EQ(got[i], Answer::kMaybe) << i;
+    std::size_t maybe = 0;
+    for (std::size_t i = members.size(); i < got.size(); ++i) maybe += got[i] == Answer::kMaybe;
+    EXPECT_EQ(maybe, 0u) << "a nearly empty filter of 2^26 blocks answered Maybe for absent digests";
+    // Clear the members' blocks for the next protocol.
+    for (const auto b : block) std::memset(words + b * 8, 0, 64);
+  }
+  ::munmap(memory, bytes);
 }
 
 }  // namespace
