@@ -82,7 +82,8 @@ def _rows(array: np.ndarray) -> np.ndarray:
 
 
 def _hex_digest(text: str) -> bytes:
-    hex_text = text[7:] if text.startswith("sha256:") else text
+    # The prefix in any case ("SHA256:"), as the CLI and abf serve read it.
+    hex_text = text[7:] if text[:7].lower() == "sha256:" else text
     try:
         if len(hex_text) != 64:
             raise ValueError

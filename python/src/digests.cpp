@@ -12,19 +12,32 @@ namespace abf::python {
 
 namespace {
 
+// Whether `text` starts with "sha256:" in any case ("SHA256:", "Sha256:"),
+// as the CLI and `abf serve` read the prefix (core/src/digest.cpp).
+bool has_sha256_prefix(std::string_view text) {
+  constexpr std::string_view kPrefix = "sha256:";
+  if (text.size() < kPrefix.size()) return false;
+  for (std::size_t i = 0; i < kPrefix.size(); ++i) {
+    char c = text[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != kPrefix[i]) return false;
+  }
+  return true;
+}
+
 [[noreturn]] void invalid_digest(std::string message) {
   raise(ErrorCode::kInvalidDigest, std::move(message));
 }
 
 // One item of an iterable: 32 bytes, or 64 hex digits with an optional
-// "sha256:" prefix.
+// "sha256:" prefix (any case).
 Digest digest_item(py::handle item, std::size_t index, const char* what) {
   if (PyUnicode_Check(item.ptr())) {
     Py_ssize_t length = 0;
     const char* text = PyUnicode_AsUTF8AndSize(item.ptr(), &length);
     if (text == nullptr) throw py::error_already_set();
     std::string_view hex(text, static_cast<std::size_t>(length));
-    if (hex.starts_with("sha256:")) hex.remove_prefix(7);
+    if (has_sha256_prefix(hex)) hex.remove_prefix(7);
     auto digest = parse_hex_digest(hex);
     if (!digest) {
       invalid_digest(std::string(what) + " item " + std::to_string(index) + ": " +
@@ -58,7 +71,7 @@ void refuse_hex_text(std::span<const Digest> digests, const char* what) {
   if (digests.empty()) return;
   const auto& first = digests.front().bytes;
   const bool sha256_prefix =
-      std::memcmp(first.data(), "sha256:", 7) == 0 || std::memcmp(first.data(), "SHA256:", 7) == 0;
+      has_sha256_prefix({reinterpret_cast<const char*>(first.data()), first.size()});
   const bool all_hex = std::all_of(first.begin(), first.end(), [](std::uint8_t c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
   });

@@ -79,7 +79,7 @@ py::array_t<bool> query(const F& filter, py::handle digests, py::handle out, py:
 template <class F>
 bool might_contain(const F& filter, py::handle digest, const std::shared_ptr<MapGuard>& guard) {
   check_mapping(guard);
-  // One digest: 32 bytes, or a hex str (with or without "sha256:").
+  // One digest: 32 bytes, or a hex str (with or without "sha256:", any case).
   DigestInput input = PyUnicode_Check(digest.ptr()) ? digests_from(py::make_tuple(digest), "digest")
                                                     : digests_from(digest, "digest");
   if (input.size() != 1) {

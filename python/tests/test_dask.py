@@ -300,3 +300,17 @@ def test_progress_bars_only_when_asked(client, catalog_file, capsys, monkeypatch
                                         progress=True)
         assert np.array_equal(missing, expected)
         assert "100% Completed" in capsys.readouterr().out
+
+
+def test_the_sha256_prefix_is_read_in_any_case(client):
+    """Issue 33: hex str items with "SHA256:" (any case), as the CLI reads
+    them, build what their raw digests build; another algorithm's prefix is
+    still refused."""
+    small = random_digests(2000, seed=39)
+    reference = abf.build(small, 10_000, 0.01)
+    for prefix in ("SHA256:", "Sha256:"):
+        items = db.from_sequence([prefix + bytes(row).hex() for row in small], npartitions=3)
+        assert abf.dask.build(items, 10_000, 0.01) == reference, prefix
+    bad = db.from_sequence(["sha512:" + bytes(small[0]).hex()], npartitions=1)
+    with pytest.raises(abf.DigestError):
+        abf.dask.build(bad, 10_000, 0.01)

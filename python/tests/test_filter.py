@@ -402,3 +402,49 @@ def test_hex_text_given_as_bytes_is_refused_not_read_as_two_digests():
     # Raw digests never trip the check (a random digest is all hex digits
     # with probability below 1e-34).
     assert f.query(d).all() and f.query(d.tobytes()).all()
+
+
+def test_the_sha256_prefix_is_read_in_any_case_as_the_cli_reads_it(tmp_path):
+    """Issue 33: "SHA256:<hex>" (what some registries and spreadsheets print)
+    was refused with DigestError where `abf query` and `abf serve` take the
+    prefix in any case. Every digest input reads it now; a prefix of another
+    algorithm, a malformed one, and hex bytes with the prefix in any case are
+    still refused."""
+    d = members(200)
+    f = abf.build(d, 1_000, 0.01)
+    reference = f.to_bytes()
+    probes = np.concatenate([d[:50], non_members(50)])
+    expected = f.query(probes)
+    assert expected[:50].all()
+    for prefix in ("sha256:", "SHA256:", "Sha256:", "sHA256:"):
+        texts = [prefix + bytes(row).hex() for row in probes]
+        assert np.array_equal(f.query(texts), expected), prefix
+        assert np.array_equal(f.query([t[:7] + t[7:].upper() for t in texts]), expected), prefix
+        assert [f.might_contain(t) for t in texts] == list(expected), prefix
+        built = abf.build([prefix + bytes(row).hex() for row in d], 1_000, 0.01)
+        assert built.to_bytes() == reference, prefix
+        with pytest.raises(abf.DigestError, match="hex text"):
+            f.query((prefix + bytes(d[0]).hex()[:25]).encode())
+    with abf.Catalog.create(tmp_path / "c.db") as catalog:
+        catalog.add(["SHA256:" + bytes(row).hex() for row in d])
+        assert {bytes(r) for r in catalog.digests()} == {bytes(r) for r in d}
+        assert len(catalog.find_missing(["Sha256:" + bytes(row).hex() for row in d])) == 0
+    hex0 = bytes(d[0]).hex()
+    for bad in ("sha512:" + hex0, "SHA256" + hex0, "SHA256:" + hex0[:63], "SHA256: " + hex0,
+                "SHA256:sha256:" + hex0, "SHA25:" + hex0):
+        with pytest.raises(abf.DigestError):
+            f.query([bad])
+
+
+def test_the_sha256_prefix_in_any_case_answers_as_the_abf_command(tmp_path, abf_cli):
+    d = members(300)
+    f = abf.build(d, 1_000, 0.01)
+    f.save(tmp_path / "f.abf")
+    probes = np.concatenate([d[:100], non_members(200)])
+    lines = ["SHA256:" + bytes(row).hex() for row in probes]
+    out = subprocess.run([abf_cli, "query", "--snapshot", str(tmp_path / "f.abf")],
+                         input="".join(line + "\n" for line in lines),
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    cli_answers = [line.split("\t")[1] == "maybe" for line in out.splitlines()]
+    assert len(cli_answers) == len(lines)
+    assert list(f.query(lines)) == cli_answers
