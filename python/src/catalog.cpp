@@ -24,13 +24,39 @@ using service::SqliteCatalog;
 // A catalog as Python holds it; close() drops the connection. Each call
 // holds its own reference while it runs without the GIL, so a close() from
 // another thread meanwhile takes effect when that call ends.
+//
+// abf.Catalog(path) reads through a read-only connection, and opens one for
+// writing only at its first add or remove: a writer's open upgrades an older
+// schema and turns on WAL (SqliteCatalog::open), and a catalog only read
+// (find_missing, contains, dedup, build_filter, ...) is left as it was, as
+// the CLI's read-only commands leave it. read_only=True never opens a writer.
 struct PyCatalog {
   std::shared_ptr<SqliteCatalog> catalog;
   std::filesystem::path path;
-  bool read_only = false;
+  bool read_only = false;  // as asked: add and remove fail
+  bool writer = false;     // `catalog` is a read-write connection
 
   std::shared_ptr<SqliteCatalog> get() const {
     if (!catalog) raise(ErrorCode::kInvalidArgument, "catalog " + path.string() + " is closed");
+    return catalog;
+  }
+
+  // The connection for add and remove: the read-write one, opened now if
+  // this is the first write. With read_only, the read-only one (whose add
+  // and remove answer kCatalog "opened read-only").
+  std::shared_ptr<SqliteCatalog> for_writing() {
+    auto held = get();
+    if (read_only || writer) return held;
+    Result<SqliteCatalog> opened = [&] {
+      py::gil_scoped_release release;
+      return SqliteCatalog::open(path);
+    }();
+    auto fresh = std::make_shared<SqliteCatalog>(unwrap(std::move(opened)));
+    // Another thread may have closed it, or opened its writer, meanwhile.
+    held = get();
+    if (writer) return held;
+    catalog = std::move(fresh);
+    writer = true;
     return catalog;
   }
 };
@@ -369,16 +395,21 @@ SQLite's message. Use as a context manager, or close().
       .def(py::init([](py::handle path, py::handle read_only_arg) {
              const auto p = path_from(path);
              const bool read_only = flag_from(read_only_arg, "read_only");
+             // Read-only until the first write (PyCatalog::for_writing).
              service::CatalogOpenOptions options;
-             options.read_only = read_only;
+             options.read_only = true;
              Result<SqliteCatalog> c = [&] {
                py::gil_scoped_release release;
                return SqliteCatalog::open(p, options);
              }();
              return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, read_only};
            }),
-           py::arg("path"), py::arg("read_only") = py::bool_(false),
-           "Opens an existing catalog (abf.Catalog.create makes a new one).")
+           py::arg("path"), py::arg("read_only") = py::bool_(false), R"doc(
+Opens an existing catalog (abf.Catalog.create makes a new one), for reading:
+the first add or remove opens it for writing (which upgrades a catalog of an
+older schema, as `abf catalog upgrade`), so a catalog only read is left
+byte for byte as it was. read_only=True: add and remove fail.
+)doc")
       .def_static(
           "create",
           [](py::handle path) {
@@ -387,17 +418,17 @@ SQLite's message. Use as a context manager, or close().
               py::gil_scoped_release release;
               return SqliteCatalog::create(p);
             }();
-            return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, false};
+            return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, false, true};
           },
           py::arg("path"),
           "Creates a new, empty catalog (version 0, a new random id); never over an existing "
           "file.")
       .def(
           "add",
-          [](const PyCatalog& c, py::handle digests) {
-            const auto held = c.get();
-            SqliteCatalog& catalog = *held;
+          [](PyCatalog& c, py::handle digests) {
             DigestInput input = digests_from(digests);
+            const auto held = c.for_writing();
+            SqliteCatalog& catalog = *held;
             Result<service::CatalogChange> change = [&] {
               py::gil_scoped_release release;
               return catalog.add(input.span());
@@ -411,10 +442,10 @@ unchanged}.
 )doc")
       .def(
           "remove",
-          [](const PyCatalog& c, py::handle digests) {
-            const auto held = c.get();
-            SqliteCatalog& catalog = *held;
+          [](PyCatalog& c, py::handle digests) {
             DigestInput input = digests_from(digests);
+            const auto held = c.for_writing();
+            SqliteCatalog& catalog = *held;
             Result<service::CatalogChange> change = [&] {
               py::gil_scoped_release release;
               return catalog.remove(input.span());
@@ -439,13 +470,13 @@ unchanged}.
             if (!id) return py::none();
             return py::str(id->hex());
           },
-          "The catalog id (32 hex digits) its snapshots carry; None only for an old catalog "
-          "opened read-only.")
+          "The catalog id (32 hex digits) its snapshots carry; None only for a schema-1 "
+          "catalog not written to since (its first add, or `abf catalog upgrade`, gives it one).")
       .def_property_readonly(
           "path", [](const PyCatalog& c) { return c.path.string(); }, "The database file.")
       .def_property_readonly(
           "read_only", [](const PyCatalog& c) { return c.read_only; },
-          "Whether it was opened read-only (add and remove then fail).")
+          "Whether it was opened with read_only=True (add and remove then fail).")
       .def("find_missing", &find_missing, py::arg("digests"), py::arg("version") = py::none(),
            R"doc(
 The digests not in the catalog at version (default: the latest), exactly

@@ -211,3 +211,99 @@ def test_dedup_refuses_a_filter_that_does_not_hold_the_catalogs_version(tmp_path
         every = abf.build(present, 2000, 0.01, catalog_version=2, catalog_id=catalog.id)
         assert len(abf.dedup(present, every, catalog)) == 0
         assert len(abf.dedup(y, catalog.build_filter(5000, 0.01), catalog)) == 0
+
+
+def downgrade_to_schema_two(path) -> None:
+    """A schema-3 catalog turned back into the schema-2 form (no content
+    columns), with the same versions and artifacts, in rollback-journal mode
+    (one file: nothing beside it)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = DELETE")
+        db.executescript("BEGIN; ALTER TABLE versions DROP COLUMN fingerprint; "
+                         "ALTER TABLE versions DROP COLUMN item_count; "
+                         "UPDATE abf_schema SET version = 2; PRAGMA user_version = 2; COMMIT;")
+    finally:
+        db.close()
+
+
+def test_reading_a_schema_two_catalog_leaves_it_byte_for_byte_as_it_was(tmp_path):
+    """Issue 33: abf.Catalog(path) opened the catalog for writing, so a
+    find_missing on a catalog of schema 2 upgraded it to schema 3 (and to
+    WAL). Reads now go through a read-only connection and the first add
+    opens the writer: every read leaves the file as it was, nothing is made
+    beside it, and the answers are SQLite's; the first add upgrades it."""
+    path = tmp_path / "c.db"
+    a = random_digests(3000, seed=60)
+    b = random_digests(1000, seed=61)
+    with abf.Catalog.create(path) as catalog:
+        catalog.add(a)
+        catalog.remove(a[:500])
+        catalog.add(b)
+        catalog_id = catalog.id
+    downgrade_to_schema_two(path)
+    before = path.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]
+    candidates = np.concatenate([a[:1000], random_digests(2000, seed=62), b[:10]])
+    present = present_in_sqlite(path, 3)
+    with abf.Catalog(path) as catalog:
+        assert not catalog.read_only
+        assert np.array_equal(catalog.find_missing(candidates),
+                              missing_reference(candidates, present))
+        assert np.array_equal(catalog.find_missing(candidates, version=1),
+                              missing_reference(candidates, present_in_sqlite(path, 1)))
+        assert np.array_equal(catalog.contains(candidates),
+                              np.array([bytes(r) in present for r in candidates]))
+        assert catalog.version == 3 and catalog.count() == len(present)
+        assert catalog.id == catalog_id
+        assert {bytes(r) for r in catalog.digests()} == present
+        assert catalog.content()["item_count"] == len(present)
+        assert catalog.content()["fingerprint"] == fingerprint_reference(sorted(present))
+        assert catalog.stats()["schema_version"] == 2
+        catalog.build_filter(5000, 0.01)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]
+    # The first write opens it for writing, which upgrades it, as
+    # `abf catalog upgrade` does; the answers stay SQLite's.
+    with abf.Catalog(path) as catalog:
+        assert len(catalog.find_missing(candidates)) == len(missing_reference(candidates, present))
+        assert catalog.add(candidates[:5])["version"] == 4
+        assert catalog.stats()["schema_version"] == 3
+        present = present_in_sqlite(path, 4)
+        assert np.array_equal(catalog.find_missing(candidates),
+                              missing_reference(candidates, present))
+        assert catalog.content()["fingerprint"] == fingerprint_reference(sorted(present))
+    assert path.read_bytes() != before
+    # read_only=True never writes: add fails, the file is kept.
+    downgraded = tmp_path / "d.db"
+    with abf.Catalog.create(downgraded) as catalog:
+        catalog.add(a)
+    downgrade_to_schema_two(downgraded)
+    kept = downgraded.read_bytes()
+    with abf.Catalog(downgraded, read_only=True) as catalog:
+        assert catalog.read_only
+        with pytest.raises(abf.CatalogStoreError, match="read-only"):
+            catalog.add(b[:1])
+        assert len(catalog.find_missing(a)) == 0
+    assert downgraded.read_bytes() == kept
+
+
+def test_the_first_write_of_a_catalog_opened_for_reading_is_seen_by_every_later_call(tmp_path):
+    """The connection changes at the first add (read-only, then a writer):
+    each call after it reads what the add wrote, and a closed catalog stays
+    closed."""
+    path = tmp_path / "c.db"
+    with abf.Catalog.create(path) as catalog:
+        catalog.add(random_digests(100, seed=63))
+    more = random_digests(50, seed=64)
+    catalog = abf.Catalog(path)
+    assert len(catalog.find_missing(more)) == 50
+    assert catalog.add(more) == {"version": 2, "requested": 50, "changed": 50, "unchanged": 0}
+    assert len(catalog.find_missing(more)) == 0 and catalog.version == 2
+    assert catalog.remove(more[:10])["version"] == 3
+    assert catalog.contains(more).sum() == 40 and catalog.count() == 140
+    catalog.close()
+    with pytest.raises(abf.InvalidArgumentError, match="closed"):
+        catalog.add(more)
+    with pytest.raises(abf.InvalidArgumentError, match="closed"):
+        catalog.find_missing(more)
