@@ -148,8 +148,8 @@ TEST_P(SimdBlockedTest, HashesAndBlocksEqualTheReference) {
 
 TEST_P(SimdBlockedTest, QueryAndInsertEqualTheReferenceAtEverySize) {
   // 1 block, small ones, just below and above the 1 MiB prefetch threshold,
-  // and an LLC-sized one.
-  const std::vector<std::uint64_t> block_counts = {1, 2, 7, 1000, 16'383, 16'384, 16'385, 300'007};
+  // an LLC-sized one and one past 32 MiB (the longer prefetch distance).
+  const std::vector<std::uint64_t> block_counts = {1, 2, 7, 1000, 16'383, 16'384, 16'385, 300'007, 600'001};
   for (const std::uint64_t blocks : block_counts) {
     SCOPED_TRACE("B = " + std::to_string(blocks));
     const auto s = scheme(blocks, 1);
