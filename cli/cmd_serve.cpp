@@ -226,7 +226,9 @@ Command add_serve_command(CLI::App& root) {
                   "without it, no authentication")
       ->check(not_a_stream("a token file, whose mode is checked before it is read"));
   // HOST:PORT checked as the command line is read: a port past 65535 is a
-  // usage error (exit 2), as every other out-of-range value.
+  // usage error (exit 2), as every other out-of-range value (a 0 for the
+  // limits below too: the configuration file refuses it, and the flags
+  // once kept the default for it silently).
   const CLI::Validator listen_address(
       [](const std::string& text) -> std::string {
         auto address = server::parse_listen_address(text);
@@ -246,17 +248,17 @@ Command add_serve_command(CLI::App& root) {
       ->check(real_validator(0, 1e15, "digests per second per token; 0: no limit"));
   app->add_option("--max-body-bytes", options->max_body_bytes,
                   "Largest request body (default 33554432; 413 beyond)")
-      ->transform(count_validator(0));
+      ->transform(count_validator(1));
   app->add_option("--max-digests", options->max_digests,
                   "Most digests per request (default 262144; 413 beyond)")
-      ->transform(count_validator(0));
+      ->transform(count_validator(1));
   app->add_option("--idle-timeout", options->idle_timeout,
                   "Seconds a keep-alive connection may idle (default 30)")
-      ->transform(count_validator(0, std::numeric_limits<unsigned>::max()));
+      ->transform(count_validator(1, std::numeric_limits<unsigned>::max()));
   app->add_option(
          "--http-threads", options->http_threads,
          "HTTP threads kept for new connections (default 64; each open connection has one)")
-      ->transform(count_validator(0, std::numeric_limits<unsigned>::max()));
+      ->transform(count_validator(1, std::numeric_limits<unsigned>::max()));
   app->add_option("--log-level", options->log_level, "debug, info (default), warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   add_backend_option(*app, options->backend, "Filter engine");

@@ -21,6 +21,11 @@ namespace abf::server {
 
 namespace {
 
+// The starts of two head errors find_missing answers in their own words:
+// the index's version rewritten, and a catalog that records no content.
+constexpr std::string_view kIndexMismatchPrefix = "index of catalog version ";
+constexpr std::string_view kNoContentPrefix = "no answer at the catalog's head: ";
+
 std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
@@ -353,7 +358,20 @@ service::IndexedLookupCounts TenantStore::lookups() const {
 
 Result<service::HeadRecord> TenantStore::head_record() {
   auto record = catalog_.head_record();
-  if (!record || !record->content) return record;
+  if (!record) return record;
+  if (!record->content) {
+    // Without the head's recorded content a history rewritten under the
+    // server (a schema-2 backup restored, then advanced to the same version
+    // with other digests) looks unchanged, and the filter of the old history
+    // would answer the new one's digests missing. No answer at the head,
+    // then, until the catalog is upgraded (it is read again at every
+    // request, so the upgrade is noticed without a restart).
+    return fail(ErrorCode::kCatalog,
+                std::string(kNoContentPrefix) +
+                    (record->no_content_reason.empty()
+                         ? std::string("the catalog records no content per version")
+                         : record->no_content_reason));
+  }
   const std::lock_guard lock(mutex_);
   if (indexed_ == nullptr) return record;
   const auto same = [](const service::HeadRecord& a, const service::HeadRecord& b) {
@@ -379,7 +397,7 @@ Result<service::HeadRecord> TenantStore::head_record() {
     if (at_w->item_count != index.size() || (fingerprint && !(at_w->fingerprint == *fingerprint))) {
       seen_head_.reset();
       return fail(ErrorCode::kCatalogMismatch,
-                  "index of catalog version " + std::to_string(index.catalog_version()) +
+                  std::string(kIndexMismatchPrefix) + std::to_string(index.catalog_version()) +
                       " no longer matches the catalog, whose history was rewritten (a backup "
                       "restored?); rebuild the index and reload");
     }
@@ -454,12 +472,30 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
     auto catalog = service::SqliteCatalog::open(tenant_config.db, open_options);
     if (!catalog) return fail(catalog.error().code, where + catalog.error().message);
     tenant->catalog = std::make_unique<service::SqliteCatalog>(std::move(*catalog));
+    if (tenant->catalog->schema_version() < service::kCatalogSchemaVersion) {
+      core->logger_->log(
+          LogLevel::kWarn,
+          {{"event", "catalog_upgrade_needed"},
+           {"tenant", tenant_config.name},
+           {"db", tenant_config.db.string()},
+           {"schema_version", tenant->catalog->schema_version()},
+           {"message", "this catalog records no content per version, so a history rewritten "
+                       "under the server could not be noticed: the tenant answers 503 "
+                       "catalog_upgrade_needed until `abf catalog upgrade --db " +
+                           tenant_config.db.string() + "` (noticed without a restart)"}});
+    }
     tenant->store = std::make_unique<TenantStore>(*tenant->catalog, config.head.cache_digests);
     tenant->publisher =
         std::make_unique<service::SnapshotPublisher>(&tenant->metrics, *tenant->store);
     service::ServiceOptions service_options;
     service_options.backend = core->backend_;
     service_options.head_cache_digests = config.head.cache_digests;
+    // A keyed tenant's single-digest request asks the catalog whatever the
+    // filter says: a missing digest then takes as long to answer when the
+    // filter says absent as when it says maybe, and the response time no
+    // longer reveals the raw answer (docs/serve.md, "Keyed tenants and
+    // response time"). Batches keep the filter's savings.
+    if (tenant->key) service_options.ask_store_up_to = 1;
     tenant->service = std::make_unique<service::ArtifactExistenceService>(
         *tenant->publisher, *tenant->store, &tenant->metrics, service_options);
     // An index that does not load, or is not what the catalog holds at its
@@ -565,6 +601,16 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
     logger_->log(LogLevel::kError, {{"event", "catalog_error"},
                                     {"tenant", tenant.config.name},
                                     {"error", counts.error().describe()}});
+    const std::string_view message = counts.error().message;
+    if (counts.error().code == ErrorCode::kCatalogMismatch &&
+        message.starts_with(kIndexMismatchPrefix)) {
+      // The index's own version no longer holds what the index does.
+      return refuse(503, "index_mismatch",
+                    "tenant " + tenant.config.name +
+                        ": the exact index no longer matches the catalog (its history was "
+                        "rewritten); rebuild the index (abf index) and reload",
+                    5);
+    }
     if (counts.error().code == ErrorCode::kCatalogMismatch) {
       // The catalog's history was rewritten under the snapshot (a backup
       // restored): no answer until a snapshot of the new history is loaded.
@@ -572,6 +618,14 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
                     "tenant " + tenant.config.name +
                         ": the snapshot no longer matches the catalog (its history was "
                         "rewritten); rebuild the snapshot and reload",
+                    5);
+    }
+    if (message.starts_with(kNoContentPrefix)) {
+      return refuse(503, "catalog_upgrade_needed",
+                    "tenant " + tenant.config.name +
+                        ": its catalog is older than schema 3 and records no content per "
+                        "version, so a rewritten history could not be noticed; no answer is "
+                        "given until it is upgraded (abf catalog upgrade --db FILE)",
                     5);
     }
     return refuse(503, "catalog_unavailable",

@@ -361,6 +361,12 @@ class Connection final : public httplib::Stream {
 struct Exchange {
   Connection* connection = nullptr;
   bool close = false;
+  // A connection its address's max_connections_per_client would have
+  // refused, let in for one health probe (Impl::run): /healthz and /readyz
+  // are answered on it, anything else 503 too_many_connections; it closes
+  // after that one answer.
+  bool probe_only = false;
+  std::size_t per_client_cap = 0;
 };
 thread_local Exchange t_exchange;
 
@@ -424,6 +430,12 @@ struct HttpFront::Impl {
   std::uint64_t next_id = 0;
   std::unordered_map<std::uint64_t, Open> open;
   std::unordered_map<std::string, unsigned> per_client;
+  // Probe-only connections open per address (beyond its per-client cap):
+  // at most kProbeSlotsPerClient, so 300 idle connections from one address
+  // do not make its health probes fail, and the bound on what one address
+  // holds is still max_connections_per_client + kProbeSlotsPerClient.
+  static constexpr unsigned kProbeSlotsPerClient = 2;
+  std::unordered_map<std::string, unsigned> probes_per_client;
   // Threads kept for the next connection (up to http_threads) and the
   // accepted connections waiting for one.
   struct Accepted {
@@ -431,6 +443,7 @@ struct HttpFront::Impl {
     std::string ip;
     int port;
     std::uint64_t id;
+    bool probe_only = false;
   };
   std::deque<Accepted> queue;
   std::size_t threads = 0, idle_threads = 0;
@@ -610,6 +623,19 @@ struct HttpFront::Impl {
     }
     if (!route) return send_error(res, route.error());
     t_access.endpoint = endpoint_of(route->kind);
+    if (t_exchange.probe_only) {
+      // One answer on a connection past the per-client cap, then it closes
+      // (converse ends it; no lingering unless a body is left unread).
+      res.set_header("Connection", "close");
+      if (route->kind != RouteKind::kHealthz && route->kind != RouteKind::kReadyz) {
+        res.set_header("Retry-After", "1");
+        return send_error(
+            res, RequestError{503, "too_many_connections",
+                              "this address has max_connections_per_client (" +
+                                  std::to_string(t_exchange.per_client_cap) +
+                                  ") open; beyond it only /healthz and /readyz are answered"});
+      }
+    }
     switch (route->kind) {
       case RouteKind::kHealthz:
         res.set_content("{\"status\":\"ok\"}\n", "application/json");
@@ -866,25 +892,30 @@ struct HttpFront::Impl {
     connection.write_timeout = request_timeout;
     if (tls == nullptr ||
         (ssl != nullptr && connection.handshake(Clock::now() + request_timeout))) {
-      converse(connection, id);
+      converse(connection, id, accepted.probe_only);
     }
     // Forgotten before the socket closes (when `connection` goes): a
     // shutdown(2) from run() must never reach a descriptor number that was
     // closed and given to another file.
     const std::lock_guard lock(mutex);
     open.erase(id);
-    if (auto found = per_client.find(accepted.ip);
-        found != per_client.end() && --found->second == 0) {
-      per_client.erase(found);
+    auto& counts = accepted.probe_only ? probes_per_client : per_client;
+    if (auto found = counts.find(accepted.ip); found != counts.end() && --found->second == 0) {
+      counts.erase(found);
     }
     changed.notify_all();
   }
 
-  void converse(Connection& connection, std::uint64_t id) {
+  void converse(Connection& connection, std::uint64_t id, bool probe_only) {
     const ServerConfig& config = core.config();
     const std::chrono::seconds request_timeout(config.request_timeout_seconds);
-    const std::chrono::milliseconds idle_timeout(1000ull * config.idle_timeout_seconds);
-    t_exchange = Exchange{&connection, false};
+    // A probe-only connection gets no idle time: its one request within
+    // the request deadline, or it closes.
+    const std::chrono::milliseconds idle_timeout(
+        1000ull * (probe_only ? std::min<std::uint64_t>(config.idle_timeout_seconds,
+                                                        config.request_timeout_seconds)
+                              : config.idle_timeout_seconds));
+    t_exchange = Exchange{&connection, false, probe_only, config.max_connections_per_client};
     for (;;) {
       if (!connection.wait_for_request(idle_timeout)) break;
       {
@@ -934,7 +965,7 @@ struct HttpFront::Impl {
         const std::lock_guard lock(mutex);
         open[id].idle = true;
       }
-      if (!ok || closed || t_exchange.close || connection.timed_out() || stopping) {
+      if (!ok || closed || t_exchange.close || connection.timed_out() || stopping || probe_only) {
         if (t_exchange.close) connection.linger();
         break;
       }
@@ -1005,14 +1036,24 @@ struct HttpFront::Impl {
       }
       const auto client = per_client.find(accepted.ip);
       if (client != per_client.end() && client->second >= config.max_connections_per_client) {
-        lock.unlock();
-        refuse_connection(fd, "this address has max_connections_per_client (" +
-                                  std::to_string(config.max_connections_per_client) + ") open");
-        continue;
+        // Past the cap: a few more from this address, each for one health
+        // probe only (Exchange::probe_only), so a flood of idle connections
+        // does not fail the address's /readyz and /healthz.
+        auto& probes = probes_per_client[accepted.ip];
+        if (probes >= kProbeSlotsPerClient) {
+          lock.unlock();
+          refuse_connection(fd, "this address has max_connections_per_client (" +
+                                    std::to_string(config.max_connections_per_client) +
+                                    ") open");
+          continue;
+        }
+        ++probes;
+        accepted.probe_only = true;
+      } else {
+        ++per_client[accepted.ip];
       }
       accepted.id = next_id++;
       open[accepted.id] = Open{fd, true};
-      ++per_client[accepted.ip];
       queue.push_back(std::move(accepted));
       if (queue.size() > idle_threads) {
         ++threads;

@@ -470,11 +470,15 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
   }
   std::vector<std::uint32_t> ask_index;
   std::vector<Digest> ask_digests;
+  // A small batch asks about every digest (ServiceOptions::ask_store_up_to):
+  // one store lookup each, whatever the filter said.
+  const bool ask_every = digests.size() <= options_.ask_store_up_to;
   for (std::size_t i = 0; i < digests.size(); ++i) {
     const bool maybe = answers[i] == Answer::kMaybe;
     if (maybe) ++counts.maybe;
-    if (maybe || (lagging && head.must_ask(digests[i]))) {
-      if (!maybe) ++counts.head_lookups;
+    const bool must = maybe || (lagging && head.must_ask(digests[i]));
+    if (must && !maybe) ++counts.head_lookups;
+    if (must || ask_every) {
       ask_index.push_back(static_cast<std::uint32_t>(i));
       ask_digests.push_back(digests[i]);
     }
@@ -488,8 +492,14 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
     }
     for (std::size_t j = 0; j < ask_index.size(); ++j) {
       const std::uint32_t i = ask_index[j];
-      exists[i] = found_span[j];
       const bool maybe = answers[i] == Answer::kMaybe;
+      if (ask_every && !maybe && !(lagging && head.must_ask(digests[i]))) {
+        // Asked only for the time it takes: the filter's `absent` stands
+        // (the store agrees unless the snapshot is not its catalog's, which
+        // check_snapshot rules out).
+        continue;
+      }
+      exists[i] = found_span[j];
       if (found_span[j]) {
         ++counts.present;
         if (!maybe) ++counts.head_present;

@@ -106,6 +106,10 @@ constexpr const char* kInsertSql = "INSERT INTO artifacts (digest, added_version
 constexpr const char* kCloseSql =
     "UPDATE artifacts SET removed_version = ?2 WHERE digest = ?1 AND removed_version IS NULL";
 constexpr const char* kLatestSql = "SELECT MAX(version) FROM versions";
+// The schema version as the file has it now (head_record reads it with the
+// head: a long-lived reader notices a catalog upgraded, or an older backup
+// restored, under it).
+constexpr const char* kSchemaSql = "SELECT version FROM abf_schema";
 constexpr const char* kVersionSql =
     "INSERT INTO versions (version, operation, created_unix, added, removed, item_count, "
     "fingerprint) VALUES (?1, ?2, strftime('%s', 'now'), ?3, ?4, ?5, ?6)";
@@ -272,7 +276,8 @@ struct SqliteCatalog::State {
   Stmt close;
   Stmt latest;
   Stmt version;  // schema 3 only, as is content: writers always have it
-  Stmt content;
+  Stmt content;  // a reader opened at an older schema prepares it once the file has schema 3
+  Stmt schema_now;
   // The file the connection opened (its device and inode), so that a
   // catalog replaced by rename under a long-lived reader is noticed
   // (check_same_file) rather than answered from the old file for ever.
@@ -931,7 +936,7 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
       "PRAGMA cache_size = -" + std::to_string(std::max(1, options.cache_mib) * 1024);
   if (auto ok = state->exec(cache.c_str(), "setting the page cache"); !ok)
     return std::unexpected(ok.error());
-  for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 7>{{
+  for (auto [slot, sql] : std::array<std::pair<Stmt State::*, const char*>, 8>{{
            {&State::exists, kExistsSql},
            {&State::live, kLiveSql},
            {&State::insert, kInsertSql},
@@ -939,6 +944,7 @@ Result<SqliteCatalog> SqliteCatalog::open(const std::filesystem::path& path,
            {&State::latest, kLatestSql},
            {&State::version, kVersionSql},
            {&State::content, kContentSql},
+           {&State::schema_now, kSchemaSql},
        }}) {
     // An older schema (read-only) lacks the content columns; its contents
     // are walked instead (content_at_version), and it is never written.
@@ -1039,10 +1045,37 @@ Result<HeadRecord> SqliteCatalog::head_record() {
   auto result = [&]() -> Result<HeadRecord> {
     auto latest = state_->latest_version();
     if (!latest) return std::unexpected(latest.error());
-    HeadRecord record{.version = *latest, .content = std::nullopt};
+    HeadRecord record{.version = *latest, .content = std::nullopt, .no_content_reason = {}};
+    // The schema as the file has it now, not as it was opened: a writer may
+    // have upgraded it since (then its contents are read from now on), or
+    // an older backup may have been restored into it (then none are).
+    sqlite3_stmt* schema_stmt = state_->schema_now.get();
+    sqlite3_reset(schema_stmt);
+    const int schema_rc = sqlite3_step(schema_stmt);
+    const std::int64_t schema_now =
+        schema_rc == SQLITE_ROW ? sqlite3_column_int64(schema_stmt, 0) : 0;
+    sqlite3_reset(schema_stmt);
+    if (schema_rc != SQLITE_ROW) {
+      return std::unexpected(state_->error(
+          "reading the schema version", schema_rc == SQLITE_DONE ? SQLITE_CORRUPT : schema_rc));
+    }
     // Only schema 3 records contents; an older catalog (opened read-only)
     // would have to walk its digests, too slow for every request.
-    if (state_->schema != kCatalogSchemaVersion) return record;
+    if (schema_now != kCatalogSchemaVersion) {
+      record.no_content_reason =
+          "catalog " + state_->path.string() + " is at schema version " +
+          std::to_string(schema_now) +
+          ", which records no content per version, so a history rewritten under a "
+          "long-lived reader (a backup restored, then advanced again) cannot be noticed; "
+          "upgrade it with `abf catalog upgrade --db " + state_->path.string() +
+          "` (or any `abf catalog add`/`remove`)";
+      return record;
+    }
+    if (state_->content == nullptr) {
+      auto prepared = state_->prepare(kContentSql);
+      if (!prepared) return std::unexpected(prepared.error());
+      state_->content = std::move(*prepared);
+    }
     auto kept = state_->kept_content(*latest);
     if (!kept) return std::unexpected(kept.error());
     record.content = *kept;

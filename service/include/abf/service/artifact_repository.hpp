@@ -47,6 +47,11 @@ struct CatalogContent {
 struct HeadRecord {
   std::uint64_t version = 0;
   std::optional<CatalogContent> content;  // none where the store keeps no record
+  // Without a content: why, and how to make the store keep one, where the
+  // store can say (a SqliteCatalog older than schema 3: `abf catalog
+  // upgrade`). A reader that answers at the head more than once cannot
+  // notice a rewritten history without the content (abf serve refuses).
+  std::string no_content_reason;
 };
 
 // What the versions in (after, upto] changed, from the store's per-version
@@ -91,7 +96,7 @@ class ArtifactRepository {
   virtual Result<HeadRecord> head_record() {
     auto latest = latest_version();
     if (!latest) return std::unexpected(latest.error());
-    return HeadRecord{.version = *latest, .content = std::nullopt};
+    return HeadRecord{.version = *latest, .content = std::nullopt, .no_content_reason = {}};
   }
 
   // What `catalog_version` holds: its item count and content fingerprint.

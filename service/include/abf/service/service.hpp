@@ -74,6 +74,14 @@ struct ServiceOptions {
   // additions makes every filter `absent` an exact lookup at the head until
   // a newer snapshot is published. 0: always so.
   std::uint64_t head_cache_digests = kDefaultHeadCacheDigests;
+  // A batch of at most this many digests (exists_batch) asks the store about
+  // every digest, whatever the filter answers, so that a missing digest the
+  // filter answers `absent` costs what one it answers `maybe` does: the
+  // response time of a small request then tells nothing of the raw filter
+  // answer (docs/protocol.md section 10). The counters still count the
+  // filter's answers (negative, maybe) and exact_lookup every digest asked.
+  // abf serve sets 1 for a keyed tenant; 0: never.
+  std::size_t ask_store_up_to = 0;
 };
 
 // One answer. `exists` is the exact store's answer, or false when the filter
