@@ -8,9 +8,10 @@ status 77, which CTest reports as skipped, with the reason on stderr;
 scripts/setup installs every one of them, so CI never skips.
 """
 
-import hashlib
-import json
 import atexit
+import hashlib
+import http.client
+import json
 import os
 import select
 import signal
@@ -21,6 +22,30 @@ import tempfile
 import time
 
 SKIP = 77
+
+# How long a test waits for something asynchronous (a reload, a rebuild, a
+# log line, a counter) before it fails. Only a failing test waits that long:
+# every wait polls and returns as soon as its event is seen.
+WAIT_SECONDS = 60.0
+POLL_SECONDS = 0.02
+
+
+def wait_until(predicate, timeout=WAIT_SECONDS, interval=POLL_SECONDS, what="the condition"):
+    """Polls `predicate` every `interval` seconds until it returns a true
+    value, and returns that value. When `timeout` seconds pass first, raises
+    AssertionError naming `what` (a string, or a function called for the
+    message, e.g. to show the last state seen). The predicate is asked once
+    more at the deadline, so a check that just came true never fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last_chance = time.monotonic() >= deadline
+        value = predicate()
+        if value:
+            return value
+        if last_chance:
+            text = what() if callable(what) else what
+            raise AssertionError("waited %.0f s for %s, in vain" % (timeout, text))
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
 
 
 def require(*modules):
@@ -189,7 +214,23 @@ class Server:
             return log.read().decode(errors="replace")
 
     def log_lines(self):
-        return [json.loads(line) for line in self.log_text().splitlines() if line.startswith("{")]
+        """The JSON lines of the log so far; a last line the server is
+        still writing (no newline yet) is left for the next call."""
+        text = self.log_text()
+        complete = text[:text.rfind("\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line.startswith("{")]
+
+    def wait_for_log(self, predicate, count=1, timeout=WAIT_SECONDS, what=None):
+        """The log lines (parsed) for which `predicate` holds, once there
+        are at least `count` of them (polled; AssertionError after
+        `timeout`). An HTTP request's access line, and its counts in
+        /metrics (requests, digests, latency), are written after its answer
+        was sent: a test that checks them waits for the line first."""
+        def matching():
+            lines = [line for line in self.log_lines() if predicate(line)]
+            return lines if len(lines) >= count else None
+        return wait_until(matching, timeout, what=what or (
+            lambda: "%d matching log line(s); the log:\n%s" % (count, self.log_text()[-4000:])))
 
     def signal(self, number):
         self.process.send_signal(number)
@@ -213,6 +254,43 @@ class Server:
         except OSError:
             pass
         return returncode
+
+
+class Connection:
+    """One HTTP/1.1 keep-alive connection to a server (http.client), for the
+    tests that read an HTTP request's access line or its counts in /metrics.
+    The server writes those after the answer was sent, but before it reads
+    the connection's next request: once sync()'s GET /healthz is answered,
+    every request sent before it on this connection is in the log and the
+    counters. A connection the server closed in between is an error (the
+    order would not hold on a new one)."""
+
+    def __init__(self, server, headers=None, timeout=30):
+        host, port = server.http.rsplit(":", 1)
+        self.http = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        self.headers = dict(headers or {})
+        self.sock = None
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers, body) of one request on this connection."""
+        sent = dict(self.headers, **(headers or {}))
+        self.http.request(method, path, body=body, headers=sent)
+        response = self.http.getresponse()
+        data = response.read()
+        if self.sock is None:
+            self.sock = self.http.sock
+        if self.http.sock is None or self.http.sock is not self.sock:
+            raise AssertionError("the server closed the connection after %s %s (%d)" % (
+                method, path, response.status))
+        return response.status, response.headers, data
+
+    def sync(self):
+        status, _, body = self.request("GET", "/healthz")
+        if status != 200:
+            raise AssertionError("GET /healthz: %d %r" % (status, body))
+
+    def close(self):
+        self.http.close()
 
 
 def generate_grpc_modules(directory):

@@ -9,7 +9,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -129,11 +128,10 @@ class ServeRefusesAnotherContent(unittest.TestCase):
                     self.assertEqual(report["catalog_version"], 1)
                 else:
                     server.signal(signal.SIGHUP)
-                    deadline = time.monotonic() + 30
-                    while (self.metric(server, "artifact_bloom_serve_reloads_total", tenant="default",
-                                       result="failed") == failed_before and
-                           time.monotonic() < deadline):
-                        time.sleep(0.02)
+                    support.wait_until(
+                        lambda: self.metric(server, "artifact_bloom_serve_reloads_total",
+                                            tenant="default", result="failed") != failed_before,
+                        what="the SIGHUP reload to be refused")
                 self.assertEqual(self.metric(server, "artifact_bloom_serve_reloads_total", tenant="default",
                                              result="failed"), failed_before + 1)
                 # The version-1 snapshot keeps serving, and answers exactly at

@@ -231,7 +231,7 @@ class Tls(unittest.TestCase):
                 with grpc.insecure_channel(server.grpc) as channel:
                     stub = pb2_grpc.ContentAddressableStorageStub(channel)
                     with self.assertRaises(grpc.RpcError) as raised:
-                        stub.FindMissingBlobs(pb2.FindMissingBlobsRequest(), timeout=5)
+                        stub.FindMissingBlobs(pb2.FindMissingBlobsRequest(), timeout=30)
                     self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
             finally:
                 self.assertEqual(server.stop(), 0)

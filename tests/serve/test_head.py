@@ -91,9 +91,14 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_no_digest_is_missing_once_its_catalog_add_returned(self):
-        """Clients query while a writer adds digests in a loop (and --follow
-        republishes meanwhile); a digest whose `catalog add` has returned is
-        never answered missing. Bounded: 25 adds or 8 seconds."""
+        """Clients query while a writer adds digests in a loop and --follow
+        republishes meanwhile; a digest whose `catalog add` has returned is
+        never answered missing. The adds are bounded (25, or 8 seconds); then
+        the clients keep asking until the follower has rebuilt at least once
+        and has caught up (the snapshot lags by fewer than 5 versions), and
+        until a request that started after that has been answered. A fast
+        machine finishes the adds before the follower's first poll (1 s), a
+        slow one rebuilds during them: both are waited for, never assumed."""
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
                                 "--head-cache-digests", 300,  # crossed midway
                                 "--follow", "--follow-lag-versions", 5,  # rebuilds meanwhile
@@ -103,6 +108,7 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
         done = threading.Event()
         failures = []
         asked = [0]
+        clients = 3
 
         def client(seed):
             rng = random.Random(seed)
@@ -126,11 +132,19 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
             finally:
                 session.close()
 
-        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(3)]
+        def answered():
+            with lock:
+                return asked[0]
+
+        def follower():
+            return self.session.get(server.url + "/readyz", timeout=10).json()["tenants"]["default"]
+
+        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(clients)]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 8
+        seen = {}
         try:
+            deadline = time.monotonic() + 8
             for k in range(25):
                 if time.monotonic() > deadline:
                     break
@@ -138,11 +152,25 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
                 self.catalog.add(batch)
                 with lock:
                     committed.extend(batch)
+
+            def caught_up():
+                if failures:
+                    return True  # reported below
+                seen.update(follower())
+                return seen["catalog_version"] > 1 and seen["lag"]["versions"] < 5
+
+            support.wait_until(caught_up, what=lambda: "a --follow rebuild that catches up "
+                               "(last /readyz: %r)" % seen)
+            # At most one request per client was in flight: one more answer
+            # than that started after the rebuild was seen.
+            mark = answered()
+            support.wait_until(lambda: failures or answered() > mark + clients,
+                               what="the clients to answer after the rebuild")
         finally:
-            time.sleep(0.2)
             done.set()
             for thread in threads:
                 thread.join(timeout=30)
+            self.session.close()
             status = server.stop()
         self.assertEqual(failures, [])
         self.assertGreater(asked[0], 0)
@@ -150,6 +178,7 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
         rebuilt = [line for line in support_log_lines(server)
                    if line.get("event") == "snapshot_rebuilt"]
         self.assertGreaterEqual(len(rebuilt), 1)
+        self.assertEqual(rebuilt[-1]["catalog_version"], seen["catalog_version"])
 
 
 class Follow(unittest.TestCase):
@@ -171,14 +200,17 @@ class Follow(unittest.TestCase):
         self.session.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def wait_for_lag_zero(self, server, version, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            tenant = self.session.get(server.url + "/readyz", timeout=10).json()["tenants"]["default"]
-            if tenant["catalog_version"] == version and tenant["lag"]["versions"] == 0:
-                return tenant
-            time.sleep(0.1)
-        raise AssertionError("the snapshot did not reach version %d: %r" % (version, tenant))
+    def wait_for_lag_zero(self, server, version):
+        seen = {}
+
+        def at_version():
+            seen.update(self.session.get(server.url + "/readyz",
+                                         timeout=10).json()["tenants"]["default"])
+            return seen["catalog_version"] == version and seen["lag"]["versions"] == 0
+
+        support.wait_until(at_version, what=lambda: "the snapshot of version %d with lag 0 "
+                           "(last /readyz: %r)" % (version, seen))
+        return dict(seen)
 
     def test_follow_republishes_and_the_lag_returns_to_zero(self):
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
@@ -200,9 +232,14 @@ class Follow(unittest.TestCase):
             self.wait_for_lag_zero(server, 3)
             missing, version = find_missing(self.session, server.url, SECOND + NEVER)
             self.assertEqual((set(missing), version), (set(SECOND[:100] + NEVER), 3))
-            text = self.session.get(server.url + "/metrics", timeout=10).text
-            self.assertEqual(support.metric(text, "artifact_bloom_serve_follow_rebuilds_total",
-                                            tenant="default", result="ok"), 2)
+            # The rebuild is counted just after it is published (what /readyz
+            # shows): waited for, then checked to be exactly two.
+            def rebuilds():
+                text = self.session.get(server.url + "/metrics", timeout=10).text
+                return support.metric(text, "artifact_bloom_serve_follow_rebuilds_total",
+                                      tenant="default", result="ok")
+            support.wait_until(lambda: rebuilds() >= 2, what="two counted rebuilds")
+            self.assertEqual(rebuilds(), 2)
         finally:
             self.session.close()
             self.assertEqual(server.stop(), 0)

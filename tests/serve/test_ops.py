@@ -222,11 +222,19 @@ class MetricsAttack(unittest.TestCase):
         server = Server(self.dir, release={"interval_seconds": 1, "min_missing_digests": 500})
         try:
             probes, _, _ = self.probes(server)
-            for d, _ in probes:
-                server.head(d)
+            connection = support.Connection(server.server, bearer(TOKENS["a"]))
+            try:
+                for d, _ in probes:
+                    status, _, _ = connection.request("HEAD", "/v1/a/blobs/sha256:" + d.hex())
+                    self.assertEqual(status, 404)
+                connection.sync()  # the 200 HEADs are counted
+            finally:
+                connection.close()
+            # More than the release interval passes (sleep never returns
+            # early), so the next scrape is one that may release: 200 missing
+            # digests, fewer than 500, release nothing, however long one
+            # waits; the exact counts stay live.
             time.sleep(1.2)
-            # 200 missing digests, fewer than 500: nothing is released,
-            # however long one waits; the exact counts stay live.
             text = server.metrics()
             self.assertEqual(support.metric(text, "artifact_bloom_false_positive_total",
                                             tenant="a"), 0)
@@ -247,13 +255,23 @@ class Promtool(unittest.TestCase):
         server = Server(directory, release={"interval_seconds": 1, "min_missing_digests": 1},
                         grpc=True)
         try:
-            for d in MEMBERS[:5] + support.digests("lint", 5):
-                server.head(d)
-            server.session.post(server.url + "/v1/a/find-missing", data=b"".join(MEMBERS[:10]),
-                                headers=dict(bearer(TOKENS["a"]),
-                                             **{"Content-Type": "application/octet-stream"}),
-                                timeout=10)
-            server.session.get(server.url + "/v1/a/nothing-here", timeout=10)
+            # On one connection, so that sync() knows every request's
+            # latency observed and counted (that happens after its answer).
+            connection = support.Connection(server.server, bearer(TOKENS["a"]))
+            try:
+                for d in MEMBERS[:5] + support.digests("lint", 5):
+                    connection.request("HEAD", "/v1/a/blobs/sha256:" + d.hex())
+                status, _, _ = connection.request(
+                    "POST", "/v1/a/find-missing", b"".join(MEMBERS[:10]),
+                    {"Content-Type": "application/octet-stream"})
+                self.assertEqual(status, 200)
+                status, _, _ = connection.request("GET", "/v1/a/nothing-here")
+                self.assertEqual(status, 404)
+                connection.sync()
+            finally:
+                connection.close()
+            # The histograms reach /metrics at a release: more than its
+            # interval (1 s) after the last one, the next scrape releases.
             time.sleep(1.1)
             text = server.metrics()
             result = subprocess.run([promtool, "check", "metrics"], input=text.encode(),

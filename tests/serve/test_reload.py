@@ -13,7 +13,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 import unittest
 from array import array
 
@@ -56,6 +55,7 @@ class ReloadUnderLoad(unittest.TestCase):
         self.done = threading.Event()
         self.records = []  # (client, sequence, version, item indices, missing indices)
         self.failures = []
+        self.answered = {}  # client: answers recorded
         self.lock = threading.Lock()
 
     def tearDown(self):
@@ -67,6 +67,20 @@ class ReloadUnderLoad(unittest.TestCase):
     def record(self, client, sequence, version, picks, missing):
         with self.lock:
             self.records.append((client, sequence, version, picks, missing))
+            self.answered[client] = self.answered.get(client, 0) + 1
+
+    def wait_for_a_fresh_answer(self):
+        """Until some client has an answer to a request it sent after this
+        call (its second answer from now: the first may have been in flight),
+        or a client failed. Every snapshot published is asked, on any
+        machine, instead of hoping the clients were quick enough."""
+        with self.lock:
+            mark = dict(self.answered)
+        def fresh():
+            with self.lock:
+                return self.failures or any(count >= mark.get(client, 0) + 2
+                                            for client, count in self.answered.items())
+        support.wait_until(fresh, what="an answer from a client")
 
     def http_client(self, client):
         rng = random.Random(client)
@@ -133,17 +147,20 @@ class ReloadUnderLoad(unittest.TestCase):
         before = self.failed_reloads()
         wanted = self.catalog.version
         self.server.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        seen = {}
+
+        def finished():
             served = requests.get(self.server.url + "/readyz", headers=self.headers,
                                   timeout=10).json()
-            version = served["tenants"]["default"]["catalog_version"]
-            if version == wanted:
-                return True, version
+            seen["version"] = served["tenants"]["default"]["catalog_version"]
+            if seen["version"] == wanted:
+                return True, seen["version"]
             if self.failed_reloads() > before:
-                return False, version
-            time.sleep(0.02)
-        self.fail("SIGHUP reload did not finish within 30 s")
+                return False, seen["version"]
+            return None
+
+        return support.wait_until(finished, what=lambda: "the SIGHUP reload of version %d "
+                                  "(serving %r)" % (wanted, seen.get("version")))
 
     def failed_reloads(self):
         text = requests.get(self.server.url + "/metrics", headers=self.headers, timeout=10).text
@@ -163,7 +180,7 @@ class ReloadUnderLoad(unittest.TestCase):
         refused = 0
         published = []
         try:
-            time.sleep(0.3)
+            self.wait_for_a_fresh_answer()
             for k in range(SNAPSHOTS):
                 self.catalog.add(ADDED[k])
                 if k % 4 == 3:
@@ -196,9 +213,8 @@ class ReloadUnderLoad(unittest.TestCase):
                 self.assertTrue(ok, "snapshot %d was refused" % k)
                 self.assertEqual(version, self.catalog.version)
                 published.append(version)
-                time.sleep(0.05)
+                self.wait_for_a_fresh_answer()
         finally:
-            time.sleep(0.3)
             self.done.set()
             for thread in clients:
                 thread.join(timeout=120)
@@ -221,7 +237,15 @@ class ReloadUnderLoad(unittest.TestCase):
         self.assertGreater(len(self.records), 40)
         self.assertGreaterEqual(len(versions), 5, "answers came from too few versions: %s" %
                                 sorted(versions))
-        text = requests.get(self.server.url + "/metrics", headers=self.headers, timeout=10).text
+        # A reload is counted just after it is published (what SIGHUP's
+        # wait sees on /readyz): the last one waited for, then every count.
+        def metrics():
+            return requests.get(self.server.url + "/metrics", headers=self.headers,
+                                timeout=10).text
+        support.wait_until(lambda: support.metric(metrics(), "artifact_bloom_serve_reloads_total",
+                                                  tenant="default", result="ok") >= SNAPSHOTS + 1,
+                           what="%d counted reloads" % (SNAPSHOTS + 1))
+        text = metrics()
         self.assertEqual(support.metric(text, "artifact_bloom_serve_reloads_total", tenant="default",
                                         result="failed"), refused)
         self.assertEqual(support.metric(text, "artifact_bloom_serve_reloads_total", tenant="default",
