@@ -278,9 +278,10 @@ TEST(ServiceHeadTest, NoAddedDigestIsEverMissingOnceItsAddReturned) {
   const auto fresh = test::random_digests(kAdds * kPerAdd, 42);
   std::atomic<std::size_t> returned{0};
   std::atomic<bool> done{false};
-  std::atomic<std::uint64_t> wrong{0}, asked{0};
+  std::atomic<std::uint64_t> wrong{0}, asked{0}, rounds{0};
+  constexpr int kClients = 3;
   std::vector<std::thread> clients;
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < kClients; ++t) {
     clients.emplace_back([&, t] {
       std::mt19937_64 rng(t);
       while (!done.load()) {
@@ -298,13 +299,21 @@ TEST(ServiceHeadTest, NoAddedDigestIsEverMissingOnceItsAddReturned) {
         auto single = service.exists(batch[0]);
         if (!single || !single->exists) wrong.fetch_add(1);
         asked.fetch_add(17);
+        rounds.fetch_add(1);
       }
     });
   }
   for (std::size_t k = 0; k < kAdds; ++k) {
     store.add(std::span(fresh.data() + k * kPerAdd, kPerAdd));
     returned.store(k + 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // Queries between every two adds, whatever the machine's speed: a round
+    // more than the clients (each had at most one in flight) started after
+    // this add returned.
+    const std::uint64_t mark = rounds.load();
+    if (!test::wait_until([&] { return rounds.load() > mark + kClients || wrong.load() != 0; })) {
+      ADD_FAILURE() << "no query finished in 60 s after add " << k;
+      break;
+    }
   }
   done.store(true);
   for (auto& client : clients) client.join();

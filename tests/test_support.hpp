@@ -1,9 +1,11 @@
 // Shared helpers for the test executables: golden-vector files, digests.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <vector>
 
@@ -11,6 +13,21 @@
 #include "abf/scheme.hpp"
 
 namespace abf::test {
+
+// Polls `done` every `interval` until it holds (true) or `timeout` passes
+// (false; the caller fails naming what it waited for). For a test that waits
+// on another thread or process: it never assumes how long anything takes.
+template <class Predicate>
+bool wait_until(Predicate&& done, std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                std::chrono::microseconds interval = std::chrono::microseconds(200)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const bool last_chance = std::chrono::steady_clock::now() >= deadline;
+    if (done()) return true;
+    if (last_chance) return false;
+    std::this_thread::sleep_for(interval);
+  }
+}
 
 // A file under tests/data, e.g. data_path("vectors/layout.tsv"). The
 // environment variable ABF_TEST_DATA, when set, replaces the built-in folder
