@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -30,6 +31,24 @@ def pytest_unconfigure(config):
     own = getattr(config, "abf_own_basetemp", None)
     if own:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def wait_until(predicate, timeout=60.0, interval=0.02, what="the condition"):
+    """Asks `predicate` every `interval` seconds until it returns a true
+    value, and returns that value; when `timeout` seconds pass first, fails
+    naming `what` (a string, or a function called for the message). The
+    predicate is asked once more at the deadline. For a test that waits on
+    another thread or process: it never assumes how long anything takes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last_chance = time.monotonic() >= deadline
+        value = predicate()
+        if value:
+            return value
+        if last_chance:
+            pytest.fail("waited %.0f s for %s, in vain" % (
+                timeout, what() if callable(what) else what))
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
 
 
 def sha256_rows(texts) -> np.ndarray:

@@ -15,7 +15,7 @@ import pytest
 
 import abf
 from abf import _abf
-from conftest import members, non_members, random_digests
+from conftest import members, non_members, random_digests, wait_until
 
 GOLDEN_ID = "5f0c6e2a9b7d4e11a3c2d8f0e6b4a197"
 GOLDEN_KEY = bytes(range(16))
@@ -371,15 +371,19 @@ def test_builds_and_queries_release_the_gil():
         return len(inside), window["end"] - window["start"]
 
     for call in (lambda: f.query(d), lambda: abf.build(d, 1 << 22, 0.001)):
-        best = 0
-        for _ in range(3):  # a loaded machine may deschedule the ticking thread
+        best = [0, 0.0]
+
+        def ticked():
             inside, seconds = ticks_during(call)
-            best = max(best, inside)
-            if best > 1000:
-                break
+            best[:] = max(best, [inside, seconds])
+            return inside > 1000
+
         # Held GIL: the main thread could not tick at all while the call ran
-        # (at most a few ticks at its edges).
-        assert best > 1000, (best, seconds)
+        # (at most a few ticks at its edges), however often it is tried. A
+        # loaded machine may deschedule the ticking thread for one call:
+        # called again until it ticked, within a deadline.
+        wait_until(ticked, timeout=60, interval=0, what=lambda: (
+            "the main thread to tick while the call ran (best: %d ticks in %.3f s)" % tuple(best)))
 
 
 def test_hex_text_given_as_bytes_is_refused_not_read_as_two_digests():
