@@ -1,7 +1,8 @@
 // abf dedup: the bulk dedup job. Prints the input digests that are not in the
-// catalog at the snapshot's version; the filter proves most of them absent,
-// and only its `Maybe` answers cost a SQLite lookup. The job itself is
-// run_dedup_job (dedup_job.hpp), which `abf demo` times too.
+// exact store (a catalog at its newest version, or an exact index alone);
+// a snapshot's filter in front proves most of them absent, and only its
+// `Maybe` answers cost an exact lookup. The job itself is run_dedup_job
+// (dedup_job.hpp), which `abf demo` times too.
 #include <memory>
 #include <sstream>
 #include <string>
@@ -29,6 +30,7 @@ struct DedupOptions {
   std::string backend = "auto";
   std::string key_file;
   bool exact_only = false;
+  bool lines = false;
   bool json = false;
   std::uint64_t head_cache_digests = service::kDefaultHeadCacheDigests;
   unsigned threads = 0;
@@ -36,6 +38,16 @@ struct DedupOptions {
 };
 
 int run_dedup(const DedupOptions& options) {
+  if (options.db.empty() && options.index.empty()) {
+    return usage_error("dedup",
+                       "no exact store: give --db (a catalog), --index (an exact index, of a "
+                       "catalog or of a list: abf index -i LIST), or both");
+  }
+  if (options.lines && options.input_format == "bin") {
+    return usage_error("dedup",
+                       "--lines prints the input lines of the new digests; binary input (-f bin) "
+                       "has no lines");
+  }
   if (options.snapshot == "-" && options.input == "-") {
     return usage_error("dedup",
                        "--snapshot - and --input - both read standard input; give one a file");
@@ -74,6 +86,7 @@ int run_dedup(const DedupOptions& options) {
       .backend = *backend,
       .load_options = {},
       .exact_only = options.exact_only,
+      .lines = options.lines,
       .head_cache_digests = options.head_cache_digests,
       .busy_timeout_ms = options.busy_timeout_ms,
   };
@@ -99,13 +112,21 @@ int run_dedup(const DedupOptions& options) {
     counts = json_text(json);
   } else {
     std::ostringstream out;
-    out << "abf dedup: catalog version " << result.catalog_version << ", "
-        << (options.exact_only ? "exact store only" : "filter in front")
-        << (outcome->index_version ? ", index of version " + std::to_string(*outcome->index_version)
-                                   : std::string())
+    out << "abf dedup: ";
+    if (outcome->index_only) {
+      out << "index " << options.index << " (version " << result.catalog_version
+          << ", no catalog)";
+    } else {
+      out << "catalog version " << result.catalog_version;
+    }
+    out << ", " << (outcome->filter_used ? "filter in front" : "exact store only")
+        << (outcome->index_version && !outcome->index_only
+                ? ", index of version " + std::to_string(*outcome->index_version)
+                : std::string())
         << ", " << result.seconds << " s\n";
     if (result.lag.versions_behind != 0) {
-      out << "  snapshot of version " << outcome->snapshot_version << ", behind the catalog by "
+      out << "  snapshot of version " << outcome->snapshot_version.value_or(0)
+          << ", behind the catalog by "
           << counted(result.lag.versions_behind, "version") << " and "
           << counted(result.lag.digests_added, "added digest")
           << ":\n  its absent answers were checked against those (a snapshot"
@@ -129,7 +150,8 @@ int run_dedup(const DedupOptions& options) {
 Command add_dedup_command(CLI::App& root) {
   auto options = std::make_shared<DedupOptions>();
   CLI::App* app = root.add_subcommand(
-      "dedup", "Print the input digests not in the catalog (bulk dedup through the filter)");
+      "dedup",
+      "Print the input digests not in the catalog or index (bulk dedup through the filter)");
   app->footer(
       "Output: one lowercase hex digest per line, in input order: the input digests absent from\n"
       "the catalog at its newest version (read once, at the start). The filter proves most of\n"
@@ -165,6 +187,7 @@ Command add_dedup_command(CLI::App& root) {
       "  abf dedup -s c.abf --db catalog.db -f bin -i cand.bin --stats-json stats.json\n"
       "  abf dedup -s c.abf --db catalog.db -i cand.txt --exact-only   (the baseline)\n"
       "  abf dedup -s c.abf --index c.abfx --db catalog.db -f bin -i cand.bin\n"
+      "  abf index -i known.txt -o known.abfx && abf dedup --index known.abfx -i cand.txt\n"
       "With --index (abf index writes one), the `Maybe` answers are looked up in that exact\n"
       "index, in memory, instead of SQLite: same output, a lookup of a cache miss or two\n"
       "rather than a B-tree walk. It is checked like the snapshot (catalog id, version,\n"
@@ -173,17 +196,27 @@ Command add_dedup_command(CLI::App& root) {
       "snapshot may be of different versions: digests added after the index's version are\n"
       "asked of SQLite (held in memory up to --head-cache-digests), and so are those it holds\n"
       "when digests were removed since. The counts add index_version, index_lookups and\n"
-      "store_lookups (exact_lookups = index_lookups + store_lookups).");
+      "store_lookups (exact_lookups = index_lookups + store_lookups).\n"
+      "No catalog: --index FILE without --db answers from the index alone (an index of a\n"
+      "list, abf index -i LIST, or of a catalog version): the output is the input digests\n"
+      "the index lacks. A snapshot in front of it must be of the same catalog id (zero for\n"
+      "a list) and version and hold exactly the index's digests (its insertion count and\n"
+      "content fingerprint the index's: build it from the same list with --distinct), else\n"
+      "catalog_mismatch. Without --snapshot (or with --exact-only) the exact store, the\n"
+      "index or SQLite, answers every candidate at its newest version.\n"
+      "--lines (text input): print each new digest's whole input line (or -z record) as read,\n"
+      "not its hex, so sha256sum-style input keeps its file names:\n"
+      "  abf digest -r blobs | abf dedup --index known.abfx --lines    (the new files)");
   app->add_option("--snapshot,-s", options->snapshot,
-                  "ABF1 snapshot or filter-set manifest built from the catalog, or - for a\n"
-                  "snapshot on standard input")
-      ->required();
-  app->add_option("--db", options->db, "Catalog database (opened read-only)")
-      ->required()
+                  "ABF1 snapshot or filter-set manifest built from the catalog (or the index's\n"
+                  "list), or - for a snapshot on standard input (default: none, the exact store\n"
+                  "answers every candidate)");
+  app->add_option("--db", options->db,
+                  "Catalog database (opened read-only); default: none, --index alone answers")
       ->check(not_a_stream("a catalog database, which SQLite opens by name"));
   app->add_option("--index", options->index,
-                  "Exact index or index set of the catalog (abf index) to answer the filter's\n"
-                  "`Maybe`s from memory, SQLite behind it (default: SQLite only)")
+                  "Exact index or index set (abf index) to answer from memory: of the catalog,\n"
+                  "SQLite behind it, or, without --db, the exact store itself")
       ->check(not_a_stream("an index file, which is read whole"));
   app->add_option("--input,-i", options->input, "Digest file, or - for standard input (default -)");
   app->add_option("--input-format,-f", options->input_format, "hex or bin (default hex)")
@@ -196,7 +229,11 @@ Command add_dedup_command(CLI::App& root) {
   add_key_file_option(*app, options->key_file, "open a keyed (hash protocol 2) snapshot");
   add_backend_option(*app, options->backend, "Filter engine");
   app->add_flag("--exact-only", options->exact_only,
-                "Ask SQLite for every candidate, filter unused (the baseline; same output)");
+                "Ask the exact store for every candidate, filter unused (the baseline; same\n"
+                "output); a --snapshot is then optional");
+  app->add_flag("--lines", options->lines,
+                "Print each new digest's whole input line (or -z record), file name included,\n"
+                "instead of its hex (text input only)");
   app->add_option("--head-cache-digests", options->head_cache_digests,
                   "Most digests added after the snapshot's version to hold in memory (32 bytes\n"
                   "each; default 2097152); beyond it each filter `absent` is a SQLite lookup")

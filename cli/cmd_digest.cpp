@@ -2,8 +2,13 @@
 // (escaped names included, --tag lines too), so real artifacts feed straight
 // into `abf build` and `abf query`, and `sha256sum -c` checks the output;
 // `abf digest -c` checks it too, as sha256sum -c does.
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <functional>
+#include <set>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -29,7 +34,76 @@ struct DigestOptions {
   bool check = false;
   bool quiet = false;
   bool status = false;
+  bool recursive = false;    // -r: the files under each directory named
+  bool dereference = false;  // -L: follow symbolic links met in the walk
 };
+
+// The walk of `abf digest -r`: calls `visit` for every regular file under
+// `dir`, in sorted order (each folder's names bytewise, a folder's files and
+// subfolders together, depth first), as "<dir>/<name>". Symbolic links met
+// are skipped unless `follow` (then a link to a folder is walked, and one
+// that leads back to a folder being walked is reported as a loop);
+// FIFOs, sockets and devices are skipped (hashing a FIFO would wait for a
+// writer). A folder that cannot be read is reported and the walk goes on;
+// the result is then false.
+bool walk(const std::string& dir, bool follow, std::set<std::pair<dev_t, ino_t>>& open_dirs,
+          const std::function<void(const std::string&)>& visit) {
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    report("digest", Error{ErrorCode::kIo, dir + ": cannot read the folder: " +
+                                               std::strerror(errno)});
+    return false;
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* entry = ::readdir(handle)) {
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  const int read_errno = errno;
+  ::closedir(handle);
+  bool ok = true;
+  if (read_errno != 0) {
+    report("digest", Error{ErrorCode::kIo, dir + ": cannot read the folder: " +
+                                               std::strerror(read_errno)});
+    ok = false;
+  }
+  std::ranges::sort(names);
+  const std::string prefix = dir.ends_with('/') ? dir : dir + "/";
+  for (const std::string& name : names) {
+    const std::string path = prefix + name;
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) {
+      report("digest", Error{ErrorCode::kIo, path + ": " + std::strerror(errno)});
+      ok = false;
+      continue;
+    }
+    if (S_ISLNK(info.st_mode)) {
+      if (!follow) continue;
+      if (::stat(path.c_str(), &info) != 0) {
+        report("digest", Error{ErrorCode::kIo, path + ": a broken symbolic link: " +
+                                                   std::strerror(errno)});
+        ok = false;
+        continue;
+      }
+    }
+    if (S_ISDIR(info.st_mode)) {
+      const std::pair<dev_t, ino_t> id{info.st_dev, info.st_ino};
+      if (!open_dirs.insert(id).second) {
+        report("digest", Error{ErrorCode::kIo,
+                               path + ": a symbolic link back to a folder being walked "
+                                      "(a file system loop); not followed"});
+        ok = false;
+        continue;
+      }
+      ok = walk(path, follow, open_dirs, visit) && ok;
+      open_dirs.erase(id);
+    } else if (S_ISREG(info.st_mode)) {
+      visit(path);
+    }
+  }
+  return ok;
+}
 
 // The record `sha256sum -z` prints: the name as it is (never escaped, so
 // it may hold newlines), then a NUL; build, query and the others read it
@@ -77,7 +151,9 @@ int run_digest(const DigestOptions& options) {
       options.files.empty() ? std::vector<std::string>{"-"} : options.files;
   int status = kExitOk;
   nlohmann::ordered_json listed = nlohmann::ordered_json::array();
-  for (const auto& file : files) {
+  std::optional<Error> write_failed;
+  // Hashes one file and prints its line; false once a write failed.
+  const auto hash = [&](const std::string& file) -> bool {
     Result<Digest> digest;
     {
       const Activity activity("hashing " + file);
@@ -87,11 +163,11 @@ int run_digest(const DigestOptions& options) {
       std::string& message = digest.error().message;
       if (file == "-" && message.starts_with("/dev/stdin")) message.replace(0, 10, "<stdin>");
       status = report("digest", digest.error());  // go on with the others, like sha256sum
-      continue;
+      return true;
     }
     if (options.json) {
       listed.push_back({{"file", file}, {"sha256", digest->hex()}});
-      continue;
+      return true;
     }
     // Each line as soon as its file is hashed, as sha256sum does; a failed
     // write ends the command.
@@ -99,8 +175,31 @@ int run_digest(const DigestOptions& options) {
                              : options.zero ? sha256sum_zero_record(*digest, file)
                                             : sha256sum_line(*digest, file);
     if (auto wrote = write_stdout(line); !wrote) {
-      return report("digest", wrote.error());
+      write_failed = wrote.error();
+      return false;
     }
+    return true;
+  };
+  for (const auto& file : files) {
+    struct stat info {};
+    const bool is_dir = file != "-" && ::stat(file.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+    if (!is_dir) {
+      if (!hash(file)) return report("digest", *write_failed);
+      continue;
+    }
+    if (!options.recursive) {
+      status = report("digest", Error{ErrorCode::kIo, file + ": is a directory (abf digest -r "
+                                                             "hashes the files under it)"});
+      continue;
+    }
+    // A folder named on the command line is walked even through a link.
+    std::set<std::pair<dev_t, ino_t>> open_dirs{{info.st_dev, info.st_ino}};
+    bool writing = true;
+    const bool walked = walk(file, options.dereference, open_dirs, [&](const std::string& path) {
+      if (writing) writing = hash(path);
+    });
+    if (!writing) return report("digest", *write_failed);
+    if (!walked) status = kExitFailure;
   }
   if (options.json) {
     const nlohmann::ordered_json json = {{"files", listed}};
@@ -306,6 +405,11 @@ Command add_digest_command(CLI::App& root) {
       "(sha256sum -z): build, query, dedup and catalog add read it back, names with\n"
       "newlines included.\n"
       "--tag prints BSD-style lines, SHA256 (<name>) = <hex>, which every command reads too.\n"
+      "-r (--recursive) hashes the regular files under each folder named, walked in sorted\n"
+      "order (each folder's names bytewise, depth first), named <folder>/<path>; symbolic\n"
+      "links met in the walk are skipped unless -L (--dereference) follows them (a link back\n"
+      "to a folder being walked is reported as a loop); FIFOs, sockets and devices are\n"
+      "skipped. Without -r a folder is an error (exit 1; the other files are still hashed).\n"
       "--check (-c) reads lists of either form (or -z records; a list holding a NUL is read\n"
       "as records) and hashes each file named: `<name>: OK` or `<name>: FAILED` (`FAILED\n"
       "open or read` for a file that cannot be read, reported on stderr), then warnings\n"
@@ -313,6 +417,7 @@ Command add_digest_command(CLI::App& root) {
       "non-blank line is not a checksum line (sha256sum -c --strict), or a list has none.\n"
       "Examples:\n"
       "  abf digest blobs/* > catalog.txt\n"
+      "  abf digest -r blobs | abf dedup --index known.abfx --lines   (the new files)\n"
       "  tar -cf - dir | abf digest\n"
       "  abf digest a.bin b.bin --json\n"
       "  abf digest -z blobs/* | abf build -n 1000000 -p 0.001 -o c.abf\n"
@@ -336,6 +441,13 @@ Command add_digest_command(CLI::App& root) {
       ->excludes(tag)
       ->excludes(check);
   tag->excludes(check);
+  CLI::Option* recursive =
+      app->add_flag("-r,--recursive", options->recursive,
+                    "Hash the regular files under each folder named, in sorted order")
+          ->excludes(check);
+  app->add_flag("-L,--dereference", options->dereference,
+                "With -r: follow symbolic links met in the walk (default: skip them)")
+      ->needs(recursive);
   app->add_flag("--quiet", options->quiet, "With --check: print no OK lines, only failures")
       ->needs(check);
   app->add_flag("--status", options->status,

@@ -22,15 +22,22 @@ namespace abf::cli {
 // One dedup, as `abf dedup`'s options give it (checked there: this takes
 // them as they are).
 struct DedupJob {
-  std::string snapshot;  // ABF1 snapshot or filter-set manifest, or "-" (standard input)
-  std::string index;     // exact index (ABFX); empty: SQLite answers alone
-  std::string db;        // the catalog, opened read-only
+  // ABF1 snapshot or filter-set manifest, or "-" (standard input); empty:
+  // no filter, the exact store answers every candidate.
+  std::string snapshot;
+  // Exact index (ABFX) or index set. With `db`: in front of SQLite. Without:
+  // the exact store itself (an index of a list, or of a catalog version).
+  std::string index;
+  std::string db;  // the catalog, opened read-only; empty: `index` alone
   std::string input = "-";
   InputFormat format = InputFormat::kHex;
   std::string output = "-";
   Backend backend;
   LoadOptions load_options;  // the snapshot's key, if keyed
   bool exact_only = false;   // ask the exact store about every candidate
+  // Write each new digest's whole input line (or -z record), as read, not
+  // its hex: text input only.
+  bool lines = false;
   std::uint64_t head_cache_digests = service::kDefaultHeadCacheDigests;
   int busy_timeout_ms = kDefaultBusyTimeoutMs;
 };
@@ -42,16 +49,23 @@ struct DedupOutcome {
   service::DedupReport report;
   // The counts, as `abf dedup --json` prints them (its footer names them).
   nlohmann::ordered_json stats;
-  std::uint64_t written = 0;                   // new digests written, each once
-  std::uint64_t snapshot_version = 0;          // the version of the snapshot used
-  std::optional<std::uint64_t> index_version;  // with an index
+  std::uint64_t written = 0;                      // new digests written, each once
+  std::optional<std::uint64_t> snapshot_version;  // the version of the snapshot used, if any
+  std::optional<std::uint64_t> index_version;     // with an index
+  // No catalog: the index answered alone (DedupJob::db empty).
+  bool index_only = false;
+  bool filter_used = false;  // a snapshot's filter was in front
   DataOutput output;
 };
 
-// Opens the catalog (and the index, checked against it), loads and checks
-// the snapshot, streams the input through the existence service
-// (service::bulk_dedup) and writes each new digest once, at its first
-// occurrence, as a lowercase hex line. Uses the thread limit in force
+// Opens the exact store: the catalog (and the index, checked against it),
+// or the index alone; loads and checks the snapshot, if any (against the
+// catalog, or against the index: the same catalog id and version, and the
+// index's count and content fingerprint); streams the input through the
+// existence service (the filter in front, at the head read once), or
+// straight to the store without a snapshot or with exact_only, and writes
+// each new digest once, at its first occurrence, as a lowercase hex line
+// (or its input line, `lines`). Uses the thread limit in force
 // (apply_threads). The first error stops it and is returned as it is;
 // nothing is put in place then.
 Result<DedupOutcome> run_dedup_job(DedupJob job);
