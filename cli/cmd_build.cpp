@@ -269,6 +269,8 @@ int run_build(const BuildCommandOptions& options) {
     build_options.catalog_id = *id;
   }
   build_options.key = *key;
+  // --key-file selects protocol 2, the classic layout's keyed protocol.
+  build_options.protocol = build_options.key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;
   auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
                                        : shard_count_from_option(options.shards, spec);
   if (!shards) return report_spec("build", shards.error());

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "abf/fingerprint.hpp"
@@ -35,28 +36,40 @@
 HWY_BEFORE_NAMESPACE();
 namespace abf::HWY_NAMESPACE {
 
-// The vector step 1 of each row of the protocol table (abf/probe.hpp).
-HWY_INLINE UnkeyedHash VectorHash(probe::UnkeyedProtocol, const probe::Scheme&) { return {}; }
-HWY_INLINE KeyedHash VectorHash(probe::KeyedProtocol, const probe::Scheme& scheme) {
+// The vector step 1 of each row of the protocol table (abf/protocol/table.hpp):
+// one overload per policy; a row without one does not compile (WithHash).
+HWY_INLINE UnkeyedHash VectorHash(probe::Protocol1, const probe::Scheme&) { return {}; }
+HWY_INLINE KeyedHash VectorHash(probe::Protocol2, const probe::Scheme& scheme) {
   return KeyedHash{scheme.key};
 }
 
 // Runs `body(hash)` with the vector hasher of the scheme's protocol: the
-// table's one branch (probe::with_protocol), once per batch, written out
-// here rather than called. with_protocol is compiled for the baseline target,
-// and a lambda of this target called through it stays out of line: the
-// kernels' code changed (QueryBatch split in two) where this keeps it as it
-// was. The assertion asks for a case here when the table gains a row.
-static_assert(probe::known_protocol(probe::kProtocolUnkeyed) &&
-                  probe::known_protocol(probe::kProtocolKeyed) && !probe::known_protocol(3),
-              "a new row of the protocol table needs its case in WithHash");
+// table's dispatch (probe::with_protocol) over the same rows, once per batch,
+// written here rather than called. with_protocol is compiled for the baseline
+// target, and a lambda of this target called through it stays out of line:
+// the kernels' code changed (QueryBatch split in two) where this keeps it as
+// it was. Every row is instantiated, so a new row needs its VectorHash, and
+// the kernels below are the vector step 2 of the classic probe kind
+// (abf/protocol/classic.hpp): a row of another kind needs its own kernels
+// here. A version outside the table (never that of a valid Scheme) traps.
+template <class Body, class P, class... Rest>
+HWY_INLINE void WithHashOf(const probe::Scheme& scheme, Body& body,
+                           probe::ProtocolList<P, Rest...>) {
+  if (scheme.protocol == P::kVersion) {
+    static_assert(std::is_same_v<typename P::Probes, probe::ClassicProbes>,
+                  "the SIMD kernels are the classic probe kind's; another kind needs its own");
+    body(VectorHash(P{}, scheme));
+    return;
+  }
+  if constexpr (sizeof...(Rest) == 0) {
+    probe::unknown_protocol_trap();
+  } else {
+    WithHashOf(scheme, body, probe::ProtocolList<Rest...>{});
+  }
+}
 template <class Body>
 HWY_INLINE void WithHash(const probe::Scheme& scheme, Body&& body) {
-  if (probe::keyed_protocol(scheme.protocol)) {
-    body(VectorHash(probe::KeyedProtocol{}, scheme));
-  } else {
-    body(VectorHash(probe::UnkeyedProtocol{}, scheme));
-  }
+  WithHashOf(scheme, body, probe::Protocols{});
 }
 
 // One protocol's query loop, a function of its own per hasher. The three

@@ -606,8 +606,9 @@ TEST_F(FilterSetFiles, ManifestFieldsBreakingARuleAreNamed) {
   EXPECT_TRUE(load_filter_set(manifest()).has_value());
   std::filesystem::rename(dir_ / "first.abf", dir_ / manifest_.shards[0].file);
   m = manifest_;
-  m.hash_protocol_version = 3;
-  expect_invalid(m, "hash protocol version 3");
+  m.hash_protocol_version = 9;  // no such protocol
+  write_manifest(m);
+  expect_load_error(ErrorCode::kSnapshotUnsupportedHashProtocol, "hash protocol version 9");
   m = manifest_;
   m.key_fingerprint.bytes[0] = 1;
   expect_invalid(m, "carries a key fingerprint");

@@ -548,9 +548,9 @@ const Corruption kVersion2Corruptions[] = {
        std::memcpy(b.data() + 72, &checksum, 8);
      },
      ErrorCode::kSnapshotHeaderChecksum},
-    {"hash protocol 3",
+    {"hash protocol 9 (no such protocol)",
      [](auto& b) {
-       put<std::uint32_t>(b, 8, 3);
+       put<std::uint32_t>(b, 8, 9);
        reseal_header(b);
      },
      ErrorCode::kSnapshotUnsupportedHashProtocol},

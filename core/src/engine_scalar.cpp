@@ -13,13 +13,15 @@ namespace scalar {
 
 namespace {
 
-// Step 1 of the reference, one overload per row of the protocol table
-// (abf/probe.hpp): the digest's words, or OpenSSL's SipHash.
-inline probe::HashPair reference_hashes(probe::UnkeyedProtocol, const probe::Scheme& scheme,
-                                        const Digest& digest) {
-  return probe::UnkeyedProtocol::hashes(scheme, digest.bytes.data());
+// Step 1 of the reference by policy (abf/protocol/table.hpp): an unkeyed
+// protocol's own portable step, and OpenSSL's SipHash for a keyed one (each
+// keyed policy needs its overload here, or this file does not compile).
+template <class P>
+  requires(!P::kKeyed)
+inline probe::HashPair reference_hashes(P, const probe::Scheme& scheme, const Digest& digest) {
+  return P::hashes(scheme, digest.bytes.data());
 }
-inline probe::HashPair reference_hashes(probe::KeyedProtocol, const probe::Scheme& scheme,
+inline probe::HashPair reference_hashes(probe::Protocol2, const probe::Scheme& scheme,
                                         const Digest& digest) {
   return detail::openssl_keyed_hashes(scheme.key, digest.bytes.data());
 }
@@ -33,11 +35,13 @@ void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t 
   });
 }
 
+// Step 2 is the policy's own (its Probes' test and insert).
 void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
                  Answer* answers) noexcept {
   probe::with_protocol(view.protocol, [&](auto protocol) {
+    using Probes = typename decltype(protocol)::Probes;
     for (std::size_t i = 0; i < count; ++i) {
-      answers[i] = probe::might_contain_hashes(view, reference_hashes(protocol, view, digests[i]))
+      answers[i] = Probes::test(view, view.words, reference_hashes(protocol, view, digests[i]))
                        ? Answer::kMaybe
                        : Answer::kDefinitelyNot;
     }
@@ -47,8 +51,9 @@ void query_batch(const probe::FilterView& view, const Digest* digests, std::size
 void insert_batch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
                   std::size_t count) noexcept {
   probe::with_protocol(scheme.protocol, [&](auto protocol) {
+    using Probes = typename decltype(protocol)::Probes;
     for (std::size_t i = 0; i < count; ++i) {
-      probe::insert_hashes(scheme, words, reference_hashes(protocol, scheme, digests[i]));
+      Probes::insert(scheme, words, reference_hashes(protocol, scheme, digests[i]));
     }
   });
 }

@@ -29,6 +29,7 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 std::string info_problem(const FilterInfo& info) {
   detail::HeaderFacts facts;
+  facts.hash_protocol_version = info.scheme.protocol();
   facts.layout = info.layout();
   facts.expected_item_count = info.spec.expected_item_count;
   facts.inserted_item_count = info.inserted_item_count;
@@ -119,12 +120,13 @@ double Filter::fill_ratio() const noexcept {
 }
 
 double Filter::estimate_false_positive_rate() const noexcept {
-  return modeled_false_positive_rate(info_.layout(), info_.inserted_item_count);
+  return modeled_false_positive_rate(info_.layout(), info_.inserted_item_count,
+                                     info_.scheme.protocol());
 }
 
 Result<void> check_fill(const Filter& filter, FillCheck check, const std::string& where) {
   const auto fault = describe_fill_fault(filter.info().layout(), filter.inserted_item_count(),
-                                         filter.popcount(), check);
+                                         filter.popcount(), check, filter.hash_protocol_version());
   if (fault.empty()) return {};
   return fail(ErrorCode::kSnapshotImplausibleFill,
               (where.empty() ? "filter" : where) + ": " + fault);
@@ -137,9 +139,10 @@ std::span<const std::uint8_t> Filter::payload() const noexcept {
 }
 
 Result<FilterBuilder> FilterBuilder::create(const BloomSpec& spec, const BuildOptions& options) {
-  auto layout = choose_layout(spec);
+  const std::uint32_t protocol = options.resolved_protocol();
+  auto layout = choose_layout(spec, protocol);
   if (!layout) return std::unexpected(layout.error());
-  auto scheme = Scheme::make(*layout, options.key);
+  auto scheme = Scheme::of(protocol, *layout, options.key);
   if (!scheme) return std::unexpected(scheme.error());
   const std::size_t word_count = layout->bit_count / 64;
   // The empty multiset's fingerprint; add() sums each chunk's into it.

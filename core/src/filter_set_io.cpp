@@ -166,6 +166,10 @@ Result<SetManifest> parse_set_manifest(std::span<const std::uint8_t> bytes,
   facts.shard_count = shard_count;
   facts.shard_expected_item_count = m.shard_expected_item_count;
   if (auto fault = detail::check_header(detail::HeaderKind::kSetManifest, facts)) {
+    // A version outside the protocol table is refused as snapshots refuse it.
+    if (fault->rule == detail::HeaderRule::kProtocol) {
+      return fail(ErrorCode::kSnapshotUnsupportedHashProtocol, where + ": " + fault->problem);
+    }
     return invalid(fault->problem);
   }
   // Version 1 reserves bytes 68..72; version 2 keeps contentFlags there and

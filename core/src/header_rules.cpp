@@ -45,10 +45,38 @@ Order order_of(HeaderKind kind) {
   return {};
 }
 
-// A snapshot's format version 1 predates keys: protocol 1 only.
+// Section 7: which snapshot formatVersions may hold the protocol (its
+// policy's format_allows; format version 1 predates keys). Sets and
+// FilterInfo have no such rule.
 bool format_allows(HeaderKind kind, std::uint32_t format_version, std::uint32_t protocol) {
-  return kind != HeaderKind::kSnapshot || format_version != 1 ||
-         protocol == probe::kProtocolUnkeyed;
+  if (kind != HeaderKind::kSnapshot) return true;
+  return probe::with_protocol(
+      protocol, [&](auto policy) { return decltype(policy)::format_allows(format_version); },
+      [] { return false; });
+}
+
+// "1 and 2": the versions this build implements, from the table.
+template <class... P>
+std::string versions_text(probe::ProtocolList<P...>, const char* last) {
+  const std::uint32_t versions[] = {P::kVersion...};
+  std::string text;
+  for (std::size_t i = 0; i < sizeof...(P); ++i) {
+    if (i > 0) text += i + 1 == sizeof...(P) ? last : ", ";
+    text += std::to_string(versions[i]);
+  }
+  return text;
+}
+
+// The versions a snapshot of this format version may hold, in words.
+template <class... P>
+std::string versions_of_format(std::uint32_t format_version, probe::ProtocolList<P...>) {
+  std::string text;
+  std::size_t count = 0;
+  ((P::format_allows(format_version)
+        ? (text += (count++ == 0 ? "" : ", ") + std::to_string(P::kVersion), 0)
+        : 0),
+   ...);
+  return text;
 }
 
 std::string g17(double p) {
@@ -67,10 +95,12 @@ std::string problem_of(HeaderRule rule, HeaderKind kind, const HeaderFacts& f) {
         return {};
       }
       const std::string named = "hash protocol version " + std::to_string(f.hash_protocol_version);
-      if (set) return named + " is not 1 or 2";
+      if (set) return named + " is not " + versions_text(probe::Protocols{}, " or ");
       return named + " is not supported in format version " + std::to_string(f.format_version) +
-             (f.format_version == 1 ? " (which has protocol 1 only)"
-                                    : " (this build implements protocols 1 and 2)");
+             (f.format_version == 1
+                  ? " (which has protocol " + versions_of_format(1, probe::Protocols{}) + " only)"
+                  : " (this build implements protocols " +
+                        versions_text(probe::Protocols{}, " and ") + ")");
     }
     case HeaderRule::kKeyFingerprint:
       if (check_protocol(f.hash_protocol_version, f.key_fingerprint) !=
@@ -80,16 +110,28 @@ std::string problem_of(HeaderRule rule, HeaderKind kind, const HeaderFacts& f) {
       return std::string("an unkeyed (protocol 1) ") + (set ? "set" : "snapshot") +
              " carries a key fingerprint " + f.key_fingerprint.hex() + "; it must be zero";
     case HeaderRule::kHashCount:
-      if (check_layout(f.layout) != LayoutFault::kHashCount) return {};
-      return describe_layout_fault(f.layout);
+      if (check_layout(f.layout, f.hash_protocol_version) != LayoutFault::kHashCount) return {};
+      return describe_layout_fault(f.layout, f.hash_protocol_version);
     case HeaderRule::kBitCount:
-      if (check_layout(f.layout) != LayoutFault::kBitCount) return {};
-      return describe_layout_fault(f.layout);
+      if (check_layout(f.layout, f.hash_protocol_version) != LayoutFault::kBitCount) return {};
+      return describe_layout_fault(f.layout, f.hash_protocol_version);
     case HeaderRule::kExpectedItemCount: {
-      const std::uint64_t most = set ? kMaxSetExpectedItemCount : probe::kMaxExpectedItemCount;
+      // A filter's limit is its protocol's; a set's is section 13's.
+      std::uint64_t most = kMaxSetExpectedItemCount;
+      std::string most_text = "2^46";
+      if (!set) {
+        probe::with_protocol(
+            f.hash_protocol_version,
+            [&](auto policy) {
+              using Probes = typename decltype(policy)::Probes;
+              most = Probes::kMaxExpectedItemCount;
+              most_text = Probes::kMaxExpectedItemCountText;
+            },
+            [] {});
+      }
       if (f.expected_item_count >= 1 && f.expected_item_count <= most) return {};
-      return "expected item count " + std::to_string(f.expected_item_count) + " is outside " +
-             (set ? "1..2^46" : "1..2^30");
+      return "expected item count " + std::to_string(f.expected_item_count) + " is outside 1.." +
+             most_text;
     }
     case HeaderRule::kInsertedItemCount:
       if (f.inserted_item_count <= f.expected_item_count) return {};
@@ -118,7 +160,7 @@ std::string problem_of(HeaderRule rule, HeaderKind kind, const HeaderFacts& f) {
       // (and checksums recomputed) would otherwise make members answer
       // Definitely Not.
       const std::uint64_t n = set ? f.shard_expected_item_count : f.expected_item_count;
-      const auto chosen = choose_layout({n, f.target_fpp});
+      const auto chosen = choose_layout({n, f.target_fpp}, f.hash_protocol_version);
       if (chosen && *chosen == f.layout) return {};
       return std::string(set ? "shard " : "") + "bit count " + std::to_string(f.layout.bit_count) +
              " and hash count " + std::to_string(f.layout.hash_count) + " are not the layout of " +
@@ -136,8 +178,8 @@ std::string problem_of(HeaderRule rule, HeaderKind kind, const HeaderFacts& f) {
 
 ProtocolFault check_protocol(std::uint32_t protocol,
                              const KeyFingerprint& key_fingerprint) noexcept {
-  // The protocol table (abf/probe.hpp) says which versions exist and which
-  // take a key.
+  // The protocol table (abf/protocol/table.hpp) says which versions exist and
+  // which take a key.
   if (!probe::known_protocol(protocol)) return ProtocolFault::kUnknown;
   if (!probe::keyed_protocol(protocol) && !key_fingerprint.is_zero()) {
     return ProtocolFault::kStrayKeyFingerprint;

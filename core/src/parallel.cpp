@@ -44,23 +44,38 @@ struct ProbeBlock {
   std::size_t count = 0;
 };
 
-// Computes the k bit indices of up to kBlock digests and prefetches their
-// words for writing. m <= 2^30, so an index fits 32 bits.
-inline void compute_block(const probe::Scheme& scheme, const probe::Reducer& reducer,
-                          std::uint64_t* words, const Digest* digests, std::size_t n,
-                          ProbeBlock& block) noexcept {
-  const std::uint64_t m = reducer.m;
-  const std::uint32_t hash_count = scheme.hash_count;
+// The positions of a policy's step 2 (its Probes' for_each_position, with
+// the kind's division-free reduction) for the build paths that bucket or
+// pipeline positions themselves. They hold a position in 32 bits.
+template <class P>
+struct PolicyPositions {
+  using Probes = typename P::Probes;
+  static_assert(Probes::kMaxBitCount <= (std::uint64_t{1} << 32),
+                "parallel.cpp keeps positions in 32 bits: widen ProbeBlock and the buckets");
+  const probe::Scheme& scheme;
+  typename Probes::FastReduce reducer;
+
+  template <class Sink>
+  void operator()(const Digest& digest, Sink&& sink) const {
+    Probes::for_each_position(P::hashes(scheme, digest.bytes.data()), scheme.hash_count, reducer,
+                              [&](std::uint64_t i) {
+                                sink(static_cast<std::uint32_t>(i));
+                                return true;
+                              });
+  }
+};
+
+// Computes the bit indices of up to kBlock digests and prefetches their
+// words for writing.
+template <class Positions>
+inline void compute_block(const Positions& positions, std::uint64_t* words, const Digest* digests,
+                          std::size_t n, ProbeBlock& block) noexcept {
   std::size_t e = 0;
   for (std::size_t b = 0; b < n; ++b) {
-    const probe::HashPair h = probe::hashes_of(scheme, digests[b].bytes.data());
-    std::uint64_t i = reducer.reduce(h.h1);
-    const std::uint64_t step = reducer.reduce(h.h2 | 1);
-    for (std::uint32_t j = 0; j < hash_count; ++j) {
-      block.bits[e++] = static_cast<std::uint32_t>(i);
+    positions(digests[b], [&](std::uint32_t i) {
+      block.bits[e++] = i;
       __builtin_prefetch(words + probe::word_of(i), 1, 3);
-      i = probe::advance(i, step, m);
-    }
+    });
   }
   block.count = e;
 }
@@ -81,16 +96,16 @@ inline void apply_block(std::uint64_t* words, const ProbeBlock& block) noexcept 
 }
 
 // The shard body: inserts `count` digests, software-pipelined one block deep.
-template <bool kAtomic>
-void insert_shard(const probe::Scheme& scheme, const probe::Reducer& reducer, std::uint64_t* words,
-                  const Digest* digests, std::size_t count) noexcept {
+template <bool kAtomic, class Positions>
+void insert_shard(const Positions& positions, std::uint64_t* words, const Digest* digests,
+                  std::size_t count) noexcept {
   ProbeBlock blocks[2];
   std::size_t done = std::min(count, kBlock);
-  compute_block(scheme, reducer, words, digests, done, blocks[0]);
+  compute_block(positions, words, digests, done, blocks[0]);
   int current = 0;
   while (done < count) {
     const std::size_t n = std::min(count - done, kBlock);
-    compute_block(scheme, reducer, words, digests + done, n, blocks[current ^ 1]);
+    compute_block(positions, words, digests + done, n, blocks[current ^ 1]);
     apply_block<kAtomic>(words, blocks[current]);
     current ^= 1;
     done += n;
@@ -100,9 +115,12 @@ void insert_shard(const probe::Scheme& scheme, const probe::Reducer& reducer, st
 
 void insert_atomic_or(std::size_t grain, const probe::Scheme& scheme, std::uint64_t* words,
                       const Digest* digests, std::size_t count) {
-  const probe::Reducer reducer(scheme.bit_count);
-  parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
-    insert_shard<true>(scheme, reducer, words, digests + begin, end - begin);
+  probe::with_protocol(scheme.protocol, [&](auto protocol) {
+    using P = decltype(protocol);
+    const PolicyPositions<P> positions{scheme, typename P::Probes::FastReduce(scheme.bit_count)};
+    parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
+      insert_shard<true>(positions, words, digests + begin, end - begin);
+    });
   });
 }
 
@@ -148,26 +166,17 @@ constexpr std::size_t kMaxBucketedProbes = std::size_t{4} << 20;  // 16 MiB of i
 constexpr unsigned kRangeShiftMax = 25;  // ranges of at most 4 MiB: two fit the LLC
 constexpr unsigned kRangeShiftMin = 15;  // and at least 4 KiB
 
-template <class Sink>
-inline void for_each_probe(const probe::Scheme& scheme, const probe::Reducer& reducer,
-                           const Digest* digests, std::size_t count, Sink&& sink) {
-  const std::uint64_t m = reducer.m;
-  for (std::size_t d = 0; d < count; ++d) {
-    const probe::HashPair h = probe::hashes_of(scheme, digests[d].bytes.data());
-    std::uint64_t i = reducer.reduce(h.h1);
-    const std::uint64_t step = reducer.reduce(h.h2 | 1);
-    for (std::uint32_t j = 0; j < scheme.hash_count; ++j) {
-      sink(static_cast<std::uint32_t>(i));
-      i = probe::advance(i, step, m);
-    }
-  }
+template <class Positions, class Sink>
+inline void for_each_probe(const Positions& positions, const Digest* digests, std::size_t count,
+                           Sink&& sink) {
+  for (std::size_t d = 0; d < count; ++d) positions(digests[d], sink);
 }
 
-void insert_word_range(std::size_t grain, const probe::Scheme& scheme, std::uint64_t* words,
+template <class Positions>
+void insert_word_range(std::size_t grain, const Positions& positions, std::uint64_t* words,
                        const Digest* digests, std::size_t count) {
-  const std::uint64_t bit_count = scheme.bit_count;
-  const std::uint32_t hash_count = scheme.hash_count;
-  const probe::Reducer reducer(bit_count);
+  const std::uint64_t bit_count = positions.scheme.bit_count;
+  const std::uint32_t hash_count = positions.scheme.hash_count;
   // At least 4 ranges per thread, so owners balance.
   const auto threads = static_cast<std::uint64_t>(available_threads());
   unsigned shift = kRangeShiftMax;
@@ -191,8 +200,7 @@ void insert_word_range(std::size_t grain, const probe::Scheme& scheme, std::uint
       for (std::size_t s = first_shard; s < end_shard; ++s) {
         std::size_t* counts = cursors.data() + s * ranges;
         const auto [begin, size] = shard_span(s);
-        for_each_probe(scheme, reducer, begin, size,
-                       [&](std::uint32_t i) { ++counts[i >> shift]; });
+        for_each_probe(positions, begin, size, [&](std::uint32_t i) { ++counts[i >> shift]; });
       }
     });
     // Offsets, range-major, so that each range's indices are contiguous.
@@ -211,7 +219,7 @@ void insert_word_range(std::size_t grain, const probe::Scheme& scheme, std::uint
       for (std::size_t s = first_shard; s < end_shard; ++s) {
         std::size_t* cursor = cursors.data() + s * ranges;
         const auto [begin, size] = shard_span(s);
-        for_each_probe(scheme, reducer, begin, size,
+        for_each_probe(positions, begin, size,
                        [&](std::uint32_t i) { sorted[cursor[i >> shift]++] = i; });
       }
     });
@@ -280,7 +288,11 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, const prob
       insert_shard_bitsets(engine, grain, scheme, words, digests, count);
       return;
     case MergeStrategy::kWordRange:
-      insert_word_range(grain, scheme, words, digests, count);
+      probe::with_protocol(scheme.protocol, [&](auto protocol) {
+        using P = decltype(protocol);
+        const PolicyPositions<P> positions{scheme, typename P::Probes::FastReduce(scheme.bit_count)};
+        insert_word_range(grain, positions, words, digests, count);
+      });
       return;
   }
 }

@@ -72,28 +72,45 @@ constexpr std::string_view kFingerprintMessage = "abf key identity";
 
 // --- Layout limits -----------------------------------------------------------
 
-LayoutFault check_layout(const Layout& layout) noexcept {
-  if (layout.hash_count < probe::kMinHashCount || layout.hash_count > probe::kMaxHashCount) {
-    return LayoutFault::kHashCount;
-  }
-  if (layout.bit_count < probe::kMinBitCount || layout.bit_count > probe::kMaxBitCount ||
-      layout.bit_count % 64 != 0) {
-    return LayoutFault::kBitCount;
-  }
-  return LayoutFault::kNone;
+LayoutFault check_layout(const Layout& layout, std::uint32_t protocol) noexcept {
+  return probe::with_protocol(
+      protocol,
+      [&](auto policy) {
+        using Probes = typename decltype(policy)::Probes;
+        if (layout.hash_count < Probes::kMinHashCount ||
+            layout.hash_count > Probes::kMaxHashCount) {
+          return LayoutFault::kHashCount;
+        }
+        if (layout.bit_count < Probes::kMinBitCount || layout.bit_count > Probes::kMaxBitCount ||
+            layout.bit_count % Probes::kBitGranularity != 0) {
+          return LayoutFault::kBitCount;
+        }
+        return LayoutFault::kNone;
+      },
+      [] { return LayoutFault::kProtocol; });
 }
 
-std::string describe_layout_fault(const Layout& layout) {
-  switch (check_layout(layout)) {
-    case LayoutFault::kNone:
-      return {};
-    case LayoutFault::kHashCount:
-      return "hash count " + std::to_string(layout.hash_count) + " is outside 1..32";
-    case LayoutFault::kBitCount:
-      return "bit count " + std::to_string(layout.bit_count) +
-             " is not a multiple of 64 in 64..2^30";
-  }
-  return {};
+std::string describe_layout_fault(const Layout& layout, std::uint32_t protocol) {
+  return probe::with_protocol(
+      protocol,
+      [&](auto policy) -> std::string {
+        using Probes = typename decltype(policy)::Probes;
+        switch (check_layout(layout, protocol)) {
+          case LayoutFault::kNone:
+          case LayoutFault::kProtocol:
+            return {};
+          case LayoutFault::kHashCount:
+            return "hash count " + std::to_string(layout.hash_count) + " is outside " +
+                   Probes::kHashCountRule;
+          case LayoutFault::kBitCount:
+            return "bit count " + std::to_string(layout.bit_count) + " is not " +
+                   Probes::kBitCountRule;
+        }
+        return {};
+      },
+      [&]() -> std::string {
+        return "hash protocol version " + std::to_string(protocol) + " is not supported";
+      });
 }
 
 // --- Keys --------------------------------------------------------------------
@@ -260,26 +277,48 @@ Result<CatalogId> CatalogId::generate() {
 
 // --- Scheme --------------------------------------------------------------------
 
+Result<Scheme> Scheme::of(std::uint32_t protocol, const Layout& layout,
+                          const std::optional<Key>& key) {
+  return probe::with_protocol(
+      protocol,
+      [&](auto policy) -> Result<Scheme> {
+        using P = decltype(policy);
+        if (!P::kKeyed && key) {
+          return fail(ErrorCode::kKeyMismatch, "a key was given, but hash protocol " +
+                                                   std::string(P::kName) + " takes none");
+        }
+        if (P::kKeyed && !key) {
+          return fail(ErrorCode::kKeyRequired,
+                      "hash protocol " + std::string(P::kName) + " needs a key (--key-file)");
+        }
+        if (auto fault = describe_layout_fault(layout, P::kVersion); !fault.empty()) {
+          return fail(ErrorCode::kInvalidArgument, fault);
+        }
+        Scheme scheme;
+        scheme.probe_ = probe::Scheme{layout.bit_count, layout.hash_count, P::kVersion,
+                                      probe::KeySchedule{}};
+        if constexpr (P::kKeyed) {
+          scheme.probe_.key = probe::make_key_schedule(key->bytes().data());
+          scheme.fingerprint_ = abf::key_fingerprint(*key);
+        }
+        return scheme;
+      },
+      [&]() -> Result<Scheme> {
+        return fail(ErrorCode::kSnapshotUnsupportedHashProtocol,
+                    "hash protocol version " + std::to_string(protocol) + " is not supported");
+      });
+}
+
 Result<Scheme> Scheme::unkeyed(const Layout& layout) {
-  if (auto fault = describe_layout_fault(layout); !fault.empty()) {
-    return fail(ErrorCode::kInvalidArgument, fault);
-  }
-  Scheme scheme;
-  scheme.probe_ = probe::unkeyed_scheme(layout.bit_count, layout.hash_count);
-  return scheme;
+  return of(probe::kProtocolUnkeyed, layout, std::nullopt);
 }
 
 Result<Scheme> Scheme::keyed(const Layout& layout, const Key& key) {
-  auto scheme = unkeyed(layout);
-  if (!scheme) return scheme;
-  scheme->probe_.protocol = probe::kProtocolKeyed;
-  scheme->probe_.key = probe::make_key_schedule(key.bytes().data());
-  scheme->fingerprint_ = abf::key_fingerprint(key);
-  return scheme;
+  return of(probe::kProtocolKeyed, layout, key);
 }
 
 Result<Scheme> Scheme::make(const Layout& layout, const std::optional<Key>& key) {
-  return key ? keyed(layout, *key) : unkeyed(layout);
+  return of(key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed, layout, key);
 }
 
 Result<Scheme> Scheme::open(const Layout& layout, std::uint32_t protocol,
@@ -293,14 +332,15 @@ Result<Scheme> Scheme::open(const Layout& layout, std::uint32_t protocol,
   if (!probe::keyed_protocol(protocol)) {
     if (key) {
       return fail(ErrorCode::kKeyMismatch,
-                  at + ": a key was given, but this filter is unkeyed (hashProtocolVersion 1); "
-                       "give no key, or rebuild it with the key");
+                  at + ": a key was given, but this filter is unkeyed (hashProtocolVersion " +
+                      std::to_string(protocol) + "); give no key, or rebuild it with the key");
     }
-    return unkeyed(layout);
+    return of(protocol, layout, std::nullopt);
   }
   if (!key) {
     return fail(ErrorCode::kKeyRequired, at +
-                                             ": this filter is keyed (hashProtocolVersion 2, key " +
+                                             ": this filter is keyed (hashProtocolVersion " +
+                                             std::to_string(protocol) + ", key " +
                                              stored.hex() + "); give its key (--key-file)");
   }
   const KeyFingerprint given = abf::key_fingerprint(*key);
@@ -309,7 +349,7 @@ Result<Scheme> Scheme::open(const Layout& layout, std::uint32_t protocol,
                                              ") is not this filter's (fingerprint " + stored.hex() +
                                              ")");
   }
-  return keyed(layout, *key);
+  return of(protocol, layout, key);
 }
 
 std::string Scheme::describe() const {

@@ -182,7 +182,7 @@ Result<SnapshotHeader> validate_header(const std::uint8_t* bytes, std::uint64_t 
 Result<void> check_popcount(const SnapshotHeader& h, std::uint64_t popcount,
                             const std::string& where) {
   const auto fault = describe_fill_fault(Layout{h.bit_count, h.hash_count}, h.inserted_item_count,
-                                         popcount, FillCheck::kAnyInsertions);
+                                         popcount, FillCheck::kAnyInsertions, h.hash_protocol_version);
   if (fault.empty()) return {};
   return fail(ErrorCode::kSnapshotImplausibleFill, where + ": " + fault);
 }

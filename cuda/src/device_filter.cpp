@@ -580,7 +580,7 @@ namespace {
 // A scheme made by Scheme's factories has a valid layout; this catches the
 // empty, default-constructed one (m = 0).
 Result<void> check_scheme(const Scheme& scheme) {
-  if (auto fault = describe_layout_fault(scheme.layout()); !fault.empty()) {
+  if (auto fault = describe_layout_fault(scheme.layout(), scheme.protocol()); !fault.empty()) {
     return fail(ErrorCode::kInvalidArgument, "CUDA backend: " + fault);
   }
   return {};

@@ -15,23 +15,48 @@
 namespace abf::cuda::detail {
 namespace {
 
-// Step 1 (digest -> h1, h2) of one record under the view's protocol, a
-// branch every thread of the grid takes alike (one view per launch), so it
-// costs no divergence and no second set of kernels to compile. Aligned:
-// 128-bit loads, through the read-only cache or, streaming, marked
-// evict-first (each record is read once; the cache is better spent on the
-// filter); protocol 1 needs only the first 16 bytes, protocol 2 hashes all
-// 32. Otherwise byte loads (probe::hashes_of), for views into a caller's
-// buffer at any offset.
+// Step 1 (digest -> h1, h2) of one aligned record's 128-bit loads, one
+// overload per row of the protocol table (abf/protocol/table.hpp): a row
+// without one does not compile. `tail()` loads bytes 16..32, for the
+// protocols that read them.
+template <class Tail>
+__device__ __forceinline__ probe::HashPair hashes_of_record(probe::Protocol1,
+                                                            const probe::Scheme&, ulonglong2 head,
+                                                            Tail&&) {
+  return unkeyed_hashes_of_words(head.x, head.y);
+}
+template <class Tail>
+__device__ __forceinline__ probe::HashPair hashes_of_record(probe::Protocol2,
+                                                            const probe::Scheme& scheme,
+                                                            ulonglong2 head, Tail&& tail) {
+  const ulonglong2 rest = tail();
+  return keyed_hashes_of_words(scheme.key, head.x, head.y, rest.x, rest.y);
+}
+
+// Step 1 of one record under the view's protocol, a branch every thread of
+// the grid takes alike (one view per launch), so it costs no divergence and
+// no second set of kernels to compile. Aligned: 128-bit loads, through the
+// read-only cache or, streaming, marked evict-first (each record is read
+// once; the cache is better spent on the filter); protocol 1 needs only the
+// first 16 bytes, protocol 2 hashes all 32. Otherwise byte loads
+// (probe::hashes_of), for views into a caller's buffer at any offset. A
+// version outside the table traps (never that of a valid Scheme).
 template <bool kAligned, bool kStreaming>
 __device__ __forceinline__ probe::HashPair load_hashes(const probe::Scheme& scheme,
                                                        const std::uint8_t* record) {
   if constexpr (kAligned) {
     const auto* p = reinterpret_cast<const ulonglong2*>(record);
     const ulonglong2 head = kStreaming ? __ldcs(p) : __ldg(p);
-    if (!probe::keyed_protocol(scheme.protocol)) return unkeyed_hashes_of_words(head.x, head.y);
-    const ulonglong2 tail = kStreaming ? __ldcs(p + 1) : __ldg(p + 1);
-    return keyed_hashes_of_words(scheme.key, head.x, head.y, tail.x, tail.y);
+    return probe::with_protocol(
+        scheme.protocol,
+        [&](auto protocol) {
+          return hashes_of_record(protocol, scheme, head,
+                                  [p] { return kStreaming ? __ldcs(p + 1) : __ldg(p + 1); });
+        },
+        [] {
+          probe::unknown_protocol_trap();
+          return probe::HashPair{};
+        });
   } else {
     return probe::hashes_of(scheme, record);
   }

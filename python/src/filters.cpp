@@ -247,6 +247,7 @@ BuildOptions build_options(std::uint64_t catalog_version, py::handle catalog_id,
   options.catalog_version = catalog_version;
   options.catalog_id = catalog_id_from(catalog_id);
   options.key = key_from(key);
+  options.protocol = options.key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;  // classic
   return options;
 }
 

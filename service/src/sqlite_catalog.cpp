@@ -1328,6 +1328,7 @@ BuildOptions options_for(const SqliteCatalog& catalog, std::uint64_t catalog_ver
   options.catalog_version = catalog_version;
   options.catalog_id = catalog.catalog_id().value_or(CatalogId{});
   options.key = key;
+  options.protocol = key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;  // the classic layout's
   return options;
 }
 

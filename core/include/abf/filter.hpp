@@ -148,8 +148,20 @@ struct BuildOptions {
   // The catalog the digests come from (builds from a catalog set it); zero
   // for none.
   CatalogId catalog_id{};
-  // With a key the filter is keyed (hashProtocolVersion 2); without, unkeyed.
+  // The hashProtocolVersion to build (abf/protocol/table.hpp's rows).
+  // kProtocolByKey, the default, is the classic layout's choice as `abf
+  // build` makes it: protocol 2 with a key, 1 without. A version this build
+  // does not implement is kSnapshotUnsupportedHashProtocol.
+  static constexpr std::uint32_t kProtocolByKey = 0;
+  std::uint32_t protocol = kProtocolByKey;
+  // The key of a keyed protocol (required for one, refused by an unkeyed one).
   std::optional<Key> key;
+
+  // The version `protocol` names: itself, or the classic choice by key.
+  std::uint32_t resolved_protocol() const noexcept {
+    if (protocol != kProtocolByKey) return protocol;
+    return key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;
+  }
 };
 
 // Fills a filter in chunks, so input of any size streams through a bounded

@@ -23,14 +23,19 @@ struct Layout {
   friend constexpr bool operator==(const Layout&, const Layout&) = default;
 };
 
-// Picks (m, k) exactly as section 3 prescribes: the smallest m, then the
-// smallest k, whose modeled rate is <= p. Errors: kInvalidExpectedItemCount,
-// kInvalidFalsePositiveRate, kFilterTooLarge.
-Result<Layout> choose_layout(const BloomSpec& spec);
+// Picks (m, k) by the layout rule of hashProtocolVersion `protocol` (its
+// policy's Probes, abf/protocol/): for protocols 1 and 2 exactly as section
+// 3 prescribes, the smallest m, then the smallest k, whose modeled rate is
+// <= p. Errors: kInvalidExpectedItemCount, kInvalidFalsePositiveRate,
+// kFilterTooLarge, and kSnapshotUnsupportedHashProtocol for a version this
+// build does not implement.
+Result<Layout> choose_layout(const BloomSpec& spec, std::uint32_t protocol = 1);
 
-// (-expm1(-k * items / m))^k: the modeled false-positive rate of a filter of
-// this layout holding `items` digests (duplicates counted).
-double modeled_false_positive_rate(const Layout& layout, std::uint64_t items) noexcept;
+// The modeled false-positive rate of a filter of this layout and protocol
+// holding `items` digests (duplicates counted): for protocols 1 and 2,
+// (-expm1(-k * items / m))^k. NaN for an unknown protocol.
+double modeled_false_positive_rate(const Layout& layout, std::uint64_t items,
+                                   std::uint32_t protocol = 1) noexcept;
 
 // --- Plausibility of a payload's population count (docs/protocol.md,
 // "Plausibility of the fill") -------------------------------------------------
@@ -65,12 +70,16 @@ struct FillBounds {
   std::uint64_t high = 0;  // the most plausible popcount
   double expected = 0.0;   // E
 };
-FillBounds plausible_fill(const Layout& layout, std::uint64_t inserted, FillCheck check) noexcept;
+// Under hashProtocolVersion `protocol`'s policy (the classic bounds above
+// for protocols 1 and 2; all zero for an unknown protocol).
+FillBounds plausible_fill(const Layout& layout, std::uint64_t inserted, FillCheck check,
+                          std::uint32_t protocol = 1) noexcept;
 
 // Empty when `popcount` set bits are plausible for `inserted` insertions
 // into `layout`; otherwise what is wrong, with the numbers ("2000
 // insertions set 0 of 19200 bits; at least 7 expected").
 std::string describe_fill_fault(const Layout& layout, std::uint64_t inserted,
-                                std::uint64_t popcount, FillCheck check);
+                                std::uint64_t popcount, FillCheck check,
+                                std::uint32_t protocol = 1);
 
 }  // namespace abf

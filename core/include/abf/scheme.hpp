@@ -25,17 +25,20 @@ namespace abf {
 
 // --- Layout limits -----------------------------------------------------------
 
-// Which of section 3's limits a layout breaks, if any. The one place the
-// limits are checked; Scheme, snapshots and the CUDA backend all ask it.
+// Which of a protocol's layout limits (its policy's Probes; section 3 for
+// protocols 1 and 2) a layout breaks, if any. The one place the limits are
+// checked; Scheme, snapshots and the CUDA backend all ask it. An unknown
+// protocol has no limits to meet: kProtocol.
 enum class LayoutFault : std::uint8_t {
   kNone,
-  kHashCount,  // k outside 1..32
-  kBitCount,   // m not a multiple of 64 in 64..2^30
+  kHashCount,  // k outside the protocol's (1..32)
+  kBitCount,   // m not a multiple of its granularity in its range (64 in 64..2^30)
+  kProtocol,   // no such protocol
 };
-LayoutFault check_layout(const Layout& layout) noexcept;
+LayoutFault check_layout(const Layout& layout, std::uint32_t protocol = 1) noexcept;
 // "hash count 33 is outside 1..32", "bit count 100 is not a multiple of 64 in
 // 64..2^30"; empty for a valid layout.
-std::string describe_layout_fault(const Layout& layout);
+std::string describe_layout_fault(const Layout& layout, std::uint32_t protocol = 1);
 
 // --- Keys ----------------------------------------------------------------------
 
@@ -121,11 +124,19 @@ class Scheme {
   // Every Filter and builder holds one made by a factory below.
   Scheme() = default;
 
-  // Protocol 1. kInvalidArgument for a layout outside section 3's limits.
+  // hashProtocolVersion `protocol`, with `key` when (and only when) the
+  // protocol is keyed: kKeyRequired for a keyed protocol without one,
+  // kKeyMismatch for a key given to an unkeyed one,
+  // kSnapshotUnsupportedHashProtocol for a version this build does not
+  // implement, kInvalidArgument for a layout outside the protocol's limits.
+  static Result<Scheme> of(std::uint32_t protocol, const Layout& layout,
+                           const std::optional<Key>& key);
+  // Protocol 1.
   static Result<Scheme> unkeyed(const Layout& layout);
   // Protocol 2 under `key`.
   static Result<Scheme> keyed(const Layout& layout, const Key& key);
-  // Keyed when `key` is given, unkeyed otherwise.
+  // Keyed (protocol 2) when `key` is given, protocol 1 otherwise: the
+  // classic layout's choice, as `abf build --key-file` makes it.
   static Result<Scheme> make(const Layout& layout, const std::optional<Key>& key);
   // The scheme of a stored filter (a snapshot's header fields), opened with
   // `key`. A protocol-2 filter needs its key: kKeyRequired without one,

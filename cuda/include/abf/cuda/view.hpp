@@ -140,17 +140,24 @@ ABF_HD inline void or_word(std::uint64_t* p, std::uint64_t mask) {
 
 // --- Query and insert ----------------------------------------------------------
 
-// "Maybe" (true) iff all k bits of the digest whose step-1 hashes (under
-// the view's protocol) are `hashes` are set; false is a proof of absence.
+// "Maybe" (true) iff all bits of the digest whose step-1 hashes (under the
+// view's protocol) are `hashes` are set; false is a proof of absence. Step 2
+// is the protocol policy's own (its Probes), with the view's reducer for the
+// `x mod m`, word loads through the read-only cache.
 ABF_HD inline bool might_contain(const DeviceFilterView& view, probe::HashPair hashes) {
-  const std::uint64_t m = view.bit_count;
-  std::uint64_t i = view.reducer.reduce(hashes.h1);               // probe::first_index
-  const std::uint64_t step = view.reducer.reduce(hashes.h2 | 1);  // probe::step_of
-  for (std::uint32_t j = 0; j < view.hash_count; ++j) {
-    if ((detail::load_word(view.words + probe::word_of(i)) & probe::mask_of(i)) == 0) return false;
-    i = probe::advance(i, step, m);
-  }
-  return true;
+  const std::uint64_t* words = view.words;
+  return probe::with_protocol(
+      view.protocol,
+      [&](auto protocol) {
+        return decltype(protocol)::Probes::for_each_position(
+            hashes, view.hash_count, view.reducer, [words](std::uint64_t i) {
+              return (detail::load_word(words + probe::word_of(i)) & probe::mask_of(i)) != 0;
+            });
+      },
+      [] {
+        probe::unknown_protocol_trap();
+        return false;
+      });
 }
 
 ABF_HD inline bool might_contain(const DeviceFilterView& view, std::uint64_t h1, std::uint64_t h2) {
@@ -163,16 +170,18 @@ ABF_HD inline bool might_contain(const DeviceFilterView& view, const std::uint8_
   return might_contain(view, probe::hashes_of(view, digest));
 }
 
-// Sets the k bits of the digest whose step-1 hashes are `hashes`.
+// Sets the bits of the digest whose step-1 hashes are `hashes` (the
+// policy's step 2, as might_contain).
 template <bool kTestFirst = false>
 ABF_HD inline void insert(const DeviceBuildView& view, probe::HashPair hashes) {
-  const std::uint64_t m = view.bit_count;
-  std::uint64_t i = view.reducer.reduce(hashes.h1);
-  const std::uint64_t step = view.reducer.reduce(hashes.h2 | 1);
-  for (std::uint32_t j = 0; j < view.hash_count; ++j) {
-    detail::or_word<kTestFirst>(view.words + probe::word_of(i), probe::mask_of(i));
-    i = probe::advance(i, step, m);
-  }
+  std::uint64_t* words = view.words;
+  probe::with_protocol(view.protocol, [&](auto protocol) {
+    decltype(protocol)::Probes::for_each_position(
+        hashes, view.hash_count, view.reducer, [words](std::uint64_t i) {
+          detail::or_word<kTestFirst>(words + probe::word_of(i), probe::mask_of(i));
+          return true;
+        });
+  });
 }
 
 template <bool kTestFirst = false>
