@@ -1062,10 +1062,12 @@ TEST_F(CliTest, ProgressShowsOnATerminalOnly) {
   if (std::system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
   write("members.txt", hex_lines(20, 66));
   ASSERT_EQ(abf("catalog init --db c.db").status, 0);
-  // A pipe that ends with `last` once `line` is in the terminal's log.
+  // A pipe that ends with `last` once `line` and a digit are in the
+  // terminal's log (script -f writes it as it comes; its header names the
+  // command, where the pattern's [0-9] matches nothing).
   const auto slow_until = [](const std::string& line, const std::string& last) {
-    return "(n=0; while [ $n -lt 600 ] && ! grep -q \"" + line +
-           "\" tty.log; do sleep 0.05; n=$((n+1)); done; " + last + ")";
+    return "(n=0; while [ $n -lt 600 ] && ! grep -qs \"" + line +
+           "[0-9]\" tty.log; do sleep 0.05; n=$((n+1)); done; " + last + ")";
   };
   const CliRun tty = test::run_shell(
       dir_, "script -qfec '" + slow_until("hashing - (", "echo x") +
