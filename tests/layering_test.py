@@ -36,6 +36,9 @@ def main():
         "core including an engine's header": (
             {**seam, "simd/probe_simd.h": "", "core/src/query.cpp": '#include "probe_simd.h"\n'},
             1, "core/src/query.cpp:1: core/ includes probe_simd.h from simd/"),
+        "core's public header naming an engine": (
+            {**seam, "core/include/abf/backend.hpp": "extern const Engine kCudaEngine;\n"},
+            1, "core/include/abf/backend.hpp:1: core names an engine"),
         "core naming an engine": (
             {**seam, "core/src/table.cpp": "auto* row = &kSimdEngine;  // simd:: in a comment is fine\n"},
             1, "core/src/table.cpp:1: core names an engine"),

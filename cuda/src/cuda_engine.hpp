@@ -1,5 +1,5 @@
 // Internal to the CUDA engine and its tests: its row of the engine table
-// (engine.cpp, or unavailable.cpp in a build without CUDA). The library
+// (engine_cuda.cpp, or unavailable.cpp in a build without CUDA). The library
 // finds the row through the table; tests that drive the engine directly
 // take it from here.
 #pragma once

@@ -1,6 +1,6 @@
 // The CUDA engine's row for a build without CUDA: the table keeps the name,
 // and every use says the backend is not compiled in. Registered by
-// cuda/CMakeLists.txt, as engine.cpp's row is in a CUDA build.
+// cuda/CMakeLists.txt, as engine_cuda.cpp's row is in a CUDA build.
 #include "abf/backend.hpp"
 #include "cuda_engine.hpp"
 #include "engine.hpp"
