@@ -133,28 +133,6 @@ bool follows_answers(service::Counter counter) {
   }
 }
 
-std::pair<std::string_view, std::string_view> endpoint_labels(Endpoint endpoint) {
-  switch (endpoint) {
-    case Endpoint::kHttpFindMissing:
-      return {"http", "find-missing"};
-    case Endpoint::kHttpBlob:
-      return {"http", "blob"};
-    case Endpoint::kHttpMetrics:
-      return {"http", "metrics"};
-    case Endpoint::kHttpReadyz:
-      return {"http", "readyz"};
-    case Endpoint::kHttpHealthz:
-      return {"http", "healthz"};
-    case Endpoint::kHttpAdmin:
-      return {"http", "admin"};
-    case Endpoint::kHttpOther:
-      return {"http", "other"};
-    case Endpoint::kGrpcFindMissingBlobs:
-      return {"grpc", "FindMissingBlobs"};
-  }
-  return {"http", "other"};
-}
-
 // A sample value or bucket bound: the shortest form that reads back the same.
 std::string format_bound(double value) {
   char text[32];
@@ -802,7 +780,7 @@ void Core::count_request(std::string_view front, std::string_view tenant, int st
 }
 
 void Core::observe_latency(Endpoint endpoint, std::chrono::nanoseconds elapsed) noexcept {
-  latency_[static_cast<std::size_t>(endpoint)].observe(elapsed);
+  latency_[endpoint].observe(elapsed);
 }
 
 void Core::release_metrics() const {
@@ -824,12 +802,14 @@ void Core::release_metrics() const {
     }
     release.index = tenant.store->lookups();
   }
-  for (std::size_t e = 0; e < kEndpointCount; ++e) released_latency_[e] = latency_[e].values();
+  for (const auto& labels : kEndpointLabels) {
+    released_latency_[labels.endpoint] = latency_[labels.endpoint].values();
+  }
 }
 
 std::string Core::prometheus() const {
   std::vector<Release> released;
-  std::array<LatencyHistogram::Values, kEndpointCount> latency;
+  PerEndpoint<LatencyHistogram::Values> latency;
   {
     const std::lock_guard lock(release_mutex_);
     release_metrics();
@@ -988,11 +968,10 @@ std::string Core::prometheus() const {
   family(histogram, "histogram",
          "Seconds from a request's handler start to its answer, by front and endpoint (as of "
          "the last metrics release).");
-  for (std::size_t e = 0; e < kEndpointCount; ++e) {
-    const auto [front, endpoint] = endpoint_labels(static_cast<Endpoint>(e));
+  for (const auto& [endpoint, front, name] : kEndpointLabels) {
     const std::string labels =
-        "front=\"" + std::string(front) + "\",endpoint=\"" + std::string(endpoint) + "\"";
-    const LatencyHistogram::Values& values = latency[e];
+        "front=\"" + std::string(front) + "\",endpoint=\"" + std::string(name) + "\"";
+    const LatencyHistogram::Values& values = latency[endpoint];
     std::uint64_t cumulative = 0;
     for (std::size_t b = 0; b < LatencyHistogram::kBounds.size(); ++b) {
       cumulative += values.buckets[b];

@@ -149,8 +149,53 @@ enum class Endpoint : std::size_t {
   kHttpAdmin,
   kHttpOther,  // another path, or a request refused before routing
   kGrpcFindMissingBlobs,
+  kCount,  // not an endpoint: how many there are (a new one goes above it)
 };
-inline constexpr std::size_t kEndpointCount = 8;
+inline constexpr std::size_t kEndpointCount = static_cast<std::size_t>(Endpoint::kCount);
+
+// The histogram's labels of each endpoint, in the enum's order.
+struct EndpointLabels {
+  Endpoint endpoint;
+  std::string_view front, name;
+};
+inline constexpr std::array<EndpointLabels, kEndpointCount> kEndpointLabels = {{
+    {Endpoint::kHttpFindMissing, "http", "find-missing"},
+    {Endpoint::kHttpBlob, "http", "blob"},
+    {Endpoint::kHttpMetrics, "http", "metrics"},
+    {Endpoint::kHttpReadyz, "http", "readyz"},
+    {Endpoint::kHttpHealthz, "http", "healthz"},
+    {Endpoint::kHttpAdmin, "http", "admin"},
+    {Endpoint::kHttpOther, "http", "other"},
+    {Endpoint::kGrpcFindMissingBlobs, "grpc", "FindMissingBlobs"},
+}};
+// An endpoint added without its labels (a missing entry is value-initialized:
+// endpoint 0, no name) or out of order does not compile.
+static_assert(
+    [] {
+      for (std::size_t e = 0; e < kEndpointCount; ++e) {
+        if (kEndpointLabels[e].endpoint != static_cast<Endpoint>(e) ||
+            kEndpointLabels[e].name.empty()) {
+          return false;
+        }
+      }
+      return true;
+    }(),
+    "kEndpointLabels: one entry per Endpoint, in the enum's order");
+
+// One T per endpoint, indexed by Endpoint only (never by a plain number):
+// its size comes from the enum, so every endpoint has its element.
+template <typename T>
+class PerEndpoint {
+ public:
+  T& operator[](Endpoint endpoint) noexcept { return items_[index(endpoint)]; }
+  const T& operator[](Endpoint endpoint) const noexcept { return items_[index(endpoint)]; }
+
+ private:
+  static constexpr std::size_t index(Endpoint endpoint) noexcept {
+    return static_cast<std::size_t>(endpoint);
+  }
+  std::array<T, kEndpointCount> items_{};
+};
 
 // Request latencies of one endpoint: Prometheus' cumulative buckets, kept
 // per bucket (each observation bumps one) with relaxed atomics.
@@ -313,7 +358,7 @@ class Core {
   std::map<RequestKey, std::uint64_t> requests_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> digests_;  // asked, missing
 
-  std::array<LatencyHistogram, kEndpointCount> latency_;
+  PerEndpoint<LatencyHistogram> latency_;
   // What /metrics shows of the counters that follow filter answers: their
   // values at each tenant's last release, and the histograms' at the last
   // release of all (docs/serve.md, "Private operations").
@@ -324,7 +369,7 @@ class Core {
   };
   mutable std::mutex release_mutex_;
   mutable std::vector<Release> released_;  // one per tenant, in tenants_' order
-  mutable std::array<LatencyHistogram::Values, kEndpointCount> released_latency_{};
+  mutable PerEndpoint<LatencyHistogram::Values> released_latency_{};
   mutable std::chrono::steady_clock::time_point last_release_{};
   // Last: stopped and joined first when the Core goes.
   std::mutex follow_mutex_;
