@@ -29,7 +29,7 @@
 
 #include "abf/digest.hpp"
 #include "abf/server/request.hpp"
-#include "core.hpp"
+#include "server_core.hpp"
 
 namespace abf::server {
 

@@ -1,4 +1,4 @@
-// `abf serve --follow` (core.hpp): keeps each tenant's snapshot near its
+// `abf serve --follow` (server_core.hpp): keeps each tenant's snapshot near its
 // catalog's head. Answers are exact at the head whatever the lag (docs/protocol.md
 // section 8); a rebuild only makes them cheaper again (fewer head lookups).
 //
@@ -20,7 +20,7 @@
 
 #include "abf/filter_set.hpp"
 #include "abf/snapshot.hpp"
-#include "core.hpp"
+#include "server_core.hpp"
 
 namespace abf::server {
 

@@ -8,7 +8,7 @@
 
 #include "abf/error.hpp"
 #include "abf/server/config.hpp"
-#include "core.hpp"
+#include "server_core.hpp"
 
 namespace abf::server {
 

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core.hpp"
+#include "server_core.hpp"
 #include "grpc.hpp"
 #include "http.hpp"
 

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "admission.hpp"
-#include "core.hpp"
+#include "server_core.hpp"
 #include "test_support.hpp"
 
 namespace abf::server {

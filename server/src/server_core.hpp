@@ -1,5 +1,8 @@
-// What both fronts of `abf serve` share: tenants, authentication, rate
-// limits, the exact find-missing answer, metrics and the log. Internal.
+// What both fronts of `abf serve` share: the tenants, authentication, the
+// exact find-missing answer, reloads, readiness and the counts /metrics
+// shows (its text: server_metrics.cpp). The log (log.hpp), the Prometheus
+// pieces (metrics.hpp), the rate limiter (rate_limiter.hpp) and a tenant's
+// store (tenant_store.hpp) have files of their own. Internal.
 #pragma once
 
 #include <array>
@@ -34,85 +37,12 @@
 #include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
 #include "abf/service/sqlite_catalog.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+#include "rate_limiter.hpp"
+#include "tenant_store.hpp"
 
 namespace abf::server {
-
-enum class LogLevel { kDebug, kInfo, kWarn, kError };
-
-// One JSON object a line, each with "ts" (UTC, milliseconds) and "level".
-class Logger {
- public:
-  Logger(LogLevel level, std::function<void(std::string_view)> sink);
-  bool enabled(LogLevel level) const noexcept { return level >= level_; }
-  void log(LogLevel level, nlohmann::ordered_json fields) const;
-
- private:
-  LogLevel level_;
-  std::function<void(std::string_view)> sink_;
-  mutable std::mutex mutex_;
-};
-
-// A tenant's exact store: its catalog, with the exact index (when one is
-// configured) answering batch lookups in front of it. The index is replaced
-// whole at a reload (set_index) while requests run: each batch takes the
-// index that serves when it starts and keeps it to its end. Everything but
-// the lookups is the catalog's, so the publisher (bound to this store)
-// checks snapshots against the catalog exactly as without an index.
-class TenantStore final : public service::ArtifactRepository {
- public:
-  explicit TenantStore(service::SqliteCatalog& catalog, std::uint64_t head_cache_digests)
-      : catalog_(catalog), head_cache_digests_(head_cache_digests) {}
-
-  // Serves `index` from now on (it must have passed check_index_binding).
-  void set_index(IndexSet index);
-  // The index serving now; null without one.
-  std::shared_ptr<const service::IndexedRepository> indexed() const;
-  // Digests answered by every index this store has served (from the index
-  // alone, or passed on to the catalog), since start. A batch in flight
-  // on an index while a reload replaces it may go uncounted.
-  service::IndexedLookupCounts lookups() const;
-
-  Result<bool> exists_at_version(const Digest& digest, std::uint64_t catalog_version) override;
-  Result<void> exists_at_version(std::span<const Digest> digests, std::uint64_t catalog_version,
-                                 std::span<bool> exists) override;
-  Result<std::uint64_t> latest_version() override { return catalog_.latest_version(); }
-  // The catalog's, after checking the serving index against it whenever the
-  // head's record changed: an index whose version now holds other digests
-  // (the catalog's history rewritten, a backup restored) is kCatalogMismatch
-  // until a reload; a head that moved otherwise than forward over an
-  // unchanged history drops the index's held added digests.
-  Result<service::HeadRecord> head_record() override;
-  Result<service::CatalogContent> content_at_version(std::uint64_t catalog_version) override {
-    return catalog_.content_at_version(catalog_version);
-  }
-  Result<service::VersionChanges> changes_between(std::uint64_t after,
-                                                  std::uint64_t upto) override {
-    return catalog_.changes_between(after, upto);
-  }
-  Result<void> for_each_digest_added(std::uint64_t after, std::uint64_t upto,
-                                     const service::DigestSink& sink,
-                                     std::size_t chunk_size = 0) override {
-    return catalog_.for_each_digest_added(after, upto, sink, chunk_size);
-  }
-  Result<std::vector<Digest>> sample_at_version(std::uint64_t catalog_version,
-                                                std::size_t count) override {
-    return catalog_.sample_at_version(catalog_version, count);
-  }
-  std::optional<service::CatalogBinding> catalog_binding() const override {
-    return catalog_.catalog_binding();
-  }
-
- private:
-  std::shared_ptr<service::IndexedRepository> current() const;
-
-  service::SqliteCatalog& catalog_;
-  std::uint64_t head_cache_digests_;
-  mutable std::mutex mutex_;  // guards indexed_ (the pointer, not what it points to) and retired_
-  std::shared_ptr<service::IndexedRepository> indexed_;
-  service::IndexedLookupCounts retired_;  // the replaced indexes' counts
-  // The head record last seen with an index serving (under mutex_).
-  std::optional<service::HeadRecord> seen_head_;
-};
 
 struct Tenant {
   TenantConfig config;
@@ -139,86 +69,6 @@ struct Tenant {
   std::chrono::steady_clock::time_point follow_failed_at{};
 };
 
-// The endpoints of the latency histogram (front and endpoint labels).
-enum class Endpoint : std::size_t {
-  kHttpFindMissing,
-  kHttpBlob,
-  kHttpMetrics,
-  kHttpReadyz,
-  kHttpHealthz,
-  kHttpAdmin,
-  kHttpOther,  // another path, or a request refused before routing
-  kGrpcFindMissingBlobs,
-  kCount,  // not an endpoint: how many there are (a new one goes above it)
-};
-inline constexpr std::size_t kEndpointCount = static_cast<std::size_t>(Endpoint::kCount);
-
-// The histogram's labels of each endpoint, in the enum's order.
-struct EndpointLabels {
-  Endpoint endpoint;
-  std::string_view front, name;
-};
-inline constexpr std::array<EndpointLabels, kEndpointCount> kEndpointLabels = {{
-    {Endpoint::kHttpFindMissing, "http", "find-missing"},
-    {Endpoint::kHttpBlob, "http", "blob"},
-    {Endpoint::kHttpMetrics, "http", "metrics"},
-    {Endpoint::kHttpReadyz, "http", "readyz"},
-    {Endpoint::kHttpHealthz, "http", "healthz"},
-    {Endpoint::kHttpAdmin, "http", "admin"},
-    {Endpoint::kHttpOther, "http", "other"},
-    {Endpoint::kGrpcFindMissingBlobs, "grpc", "FindMissingBlobs"},
-}};
-// An endpoint added without its labels (a missing entry is value-initialized:
-// endpoint 0, no name) or out of order does not compile.
-static_assert(
-    [] {
-      for (std::size_t e = 0; e < kEndpointCount; ++e) {
-        if (kEndpointLabels[e].endpoint != static_cast<Endpoint>(e) ||
-            kEndpointLabels[e].name.empty()) {
-          return false;
-        }
-      }
-      return true;
-    }(),
-    "kEndpointLabels: one entry per Endpoint, in the enum's order");
-
-// One T per endpoint, indexed by Endpoint only (never by a plain number):
-// its size comes from the enum, so every endpoint has its element.
-template <typename T>
-class PerEndpoint {
- public:
-  T& operator[](Endpoint endpoint) noexcept { return items_[index(endpoint)]; }
-  const T& operator[](Endpoint endpoint) const noexcept { return items_[index(endpoint)]; }
-
- private:
-  static constexpr std::size_t index(Endpoint endpoint) noexcept {
-    return static_cast<std::size_t>(endpoint);
-  }
-  std::array<T, kEndpointCount> items_{};
-};
-
-// Request latencies of one endpoint: Prometheus' cumulative buckets, kept
-// per bucket (each observation bumps one) with relaxed atomics.
-class LatencyHistogram {
- public:
-  // Upper bounds in seconds. The lowest is 100 us, above what one catalog
-  // lookup adds to a single-digest request (about 10 us here), so a bucket
-  // never tells a filter answer.
-  static constexpr std::array<double, 16> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                                     0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                                     1,      2.5,     5,      10};
-  struct Values {
-    std::array<std::uint64_t, kBounds.size() + 1> buckets{};  // last: above every bound
-    std::uint64_t sum_ns = 0;
-  };
-  void observe(std::chrono::nanoseconds elapsed) noexcept;
-  Values values() const noexcept;
-
- private:
-  std::array<std::atomic<std::uint64_t>, kBounds.size() + 1> buckets_{};
-  std::atomic<std::uint64_t> sum_ns_{0};
-};
-
 // Who is asking: a token's entry (null without authentication) and the rate
 // bucket it draws from.
 struct Caller {
@@ -237,29 +87,6 @@ struct FindMissingOutcome {
   std::vector<std::uint32_t> missing;  // indices into the request, ascending
   service::BatchCounts counts;
   std::uint64_t catalog_version = 0;
-};
-
-// A token bucket pair (requests, digests) per caller.
-class RateLimiter {
- public:
-  RateLimiter(const RateLimit& limit, std::size_t buckets);
-  // Takes one request token; 429 with Retry-After when the bucket is empty.
-  RequestResult<void> admit_request(std::size_t bucket);
-  // Takes `digests` digest tokens (the bucket may go into debt by one
-  // request); 429 when it is already in debt.
-  RequestResult<void> admit_digests(std::size_t bucket, std::size_t digests);
-
- private:
-  struct Bucket {
-    std::mutex mutex;
-    double requests = 0;
-    double digests = 0;
-    std::chrono::steady_clock::time_point last{};
-    bool started = false;
-  };
-  void refill(Bucket& bucket, std::chrono::steady_clock::time_point now);
-  RateLimit limit_;
-  std::vector<std::unique_ptr<Bucket>> buckets_;
 };
 
 class Core {
