@@ -12,8 +12,14 @@
 #include "abf/blocked.hpp"
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
+#include "abf/probe.hpp"
 
 namespace abf::simd {
+
+// The one-line scheme of a protocol-3 or -4 probe::Scheme.
+inline blocked::LineScheme line_scheme_of(const probe::Scheme& scheme) {
+  return blocked::LineScheme{scheme.bit_count / blocked::kBlockBits, scheme.protocol, scheme.key};
+}
 
 // answers[i] = whether all eight bits of digests[i] are set in `words`
 // (8 * scheme.block_count words).

@@ -11,6 +11,7 @@
 #include "engine.hpp"
 #include "parallel.hpp"
 #include "partition.hpp"
+#include "abf/blocked.hpp"
 #include "probe_simd.h"
 
 namespace abf {
@@ -37,7 +38,10 @@ class SimdLane final : public BuildLane {
     // (partition.hpp), with one thread as with many: one thread so
     // builds the 4 GiB input 19% faster (2.36 against 2.9 s), and several
     // share no random DRAM lines.
-    if (partitioned_ || word_count_ * sizeof(std::uint64_t) >= kPartitionMinBytes) {
+    // The one-line protocols touch one line a digest: no partition (its
+    // buckets hold 32-bit positions of the classic kind).
+    const bool blocked = blocked::is_blocked_protocol(scheme_.protocol);
+    if (!blocked && (partitioned_ || word_count_ * sizeof(std::uint64_t) >= kPartitionMinBytes)) {
       if (partitioned_ && partitioned_->slot_count() < threads) {
         // Called from a larger arena than before: set what is buffered, then
         // scatter over one slot per thread (a smaller arena runs the extra

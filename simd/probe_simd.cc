@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "abf/fingerprint.hpp"
+#include "blocked_simd.h"
 #include "probe_simd.h"
 
 // XXH3's constants (XXH_PRIME64_*, XXH3_kSecret) for the vector content
@@ -56,9 +57,15 @@ template <class Body, class P, class... Rest>
 HWY_INLINE void WithHashOf(const probe::Scheme& scheme, Body& body,
                            probe::ProtocolList<P, Rest...>) {
   if (scheme.protocol == P::kVersion) {
-    static_assert(std::is_same_v<typename P::Probes, probe::ClassicProbes>,
-                  "the SIMD kernels are the classic probe kind's; another kind needs its own");
-    body(VectorHash(P{}, scheme));
+    if constexpr (std::is_same_v<typename P::Probes, probe::ClassicProbes>) {
+      body(VectorHash(P{}, scheme));
+    } else {
+      // The one-line kind has its own kernels (blocked_simd.cc); the entry
+      // points below send its schemes there, never here.
+      static_assert(std::is_same_v<typename P::Probes, probe::BlockedProbes>,
+                    "a probe kind without SIMD kernels");
+      probe::unknown_protocol_trap();
+    }
     return;
   }
   if constexpr (sizeof...(Rest) == 0) {
@@ -313,11 +320,17 @@ HWY_EXPORT(FingerprintBatch);
 
 void query_batch(const probe::FilterView& view, const Digest* digests, std::size_t count,
                  Answer* answers) noexcept {
+  if (blocked::is_blocked_protocol(view.protocol)) {
+    return blocked_query_batch(line_scheme_of(view), view.words, digests, count, answers);
+  }
   HWY_DYNAMIC_DISPATCH(QueryBatch)(view, digests, count, answers);
 }
 
 void insert_batch(const probe::Scheme& scheme, std::uint64_t* words, const Digest* digests,
                   std::size_t count) noexcept {
+  if (blocked::is_blocked_protocol(scheme.protocol)) {
+    return blocked_insert_batch(line_scheme_of(scheme), words, digests, count);
+  }
   HWY_DYNAMIC_DISPATCH(InsertBatch)(scheme, words, digests, count);
 }
 
@@ -333,6 +346,10 @@ void probe_starts(const probe::Scheme& scheme, const Digest* digests, std::size_
 
 void hash_batch(const probe::Scheme& scheme, const Digest* digests, std::size_t count,
                 probe::HashPair* out) noexcept {
+  if (blocked::is_blocked_protocol(scheme.protocol)) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = probe::hashes_of(scheme, digests[i].bytes.data());
+    return;
+  }
   HWY_DYNAMIC_DISPATCH(HashBatch)(scheme, digests, count, out);
 }
 

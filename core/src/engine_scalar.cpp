@@ -25,6 +25,11 @@ inline probe::HashPair reference_hashes(probe::Protocol2, const probe::Scheme& s
                                         const Digest& digest) {
   return detail::openssl_keyed_hashes(scheme.key, digest.bytes.data());
 }
+// Protocol 4's step 1 is protocol 2's SipHash: h = its first word, q its second.
+inline probe::HashPair reference_hashes(probe::Protocol4, const probe::Scheme& scheme,
+                                        const Digest& digest) {
+  return detail::openssl_keyed_hashes(scheme.key, digest.bytes.data());
+}
 
 }  // namespace
 

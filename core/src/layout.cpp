@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "abf/probe.hpp"
 
@@ -163,7 +164,9 @@ Result<Layout> choose_layout(const BloomSpec& spec, std::uint32_t protocol) {
         const double nd = static_cast<double>(n);
         const double ln2 = std::log(2.0);
         const double ideal = -nd * std::log(p) / (ln2 * ln2);
-        if (!std::isfinite(ideal) || ideal > static_cast<double>(Probes::kMaxBitCount)) {
+        // Section 3's step 3 is the classic rule's; section 3c has none.
+        if (std::is_same_v<Probes, probe::ClassicProbes> &&
+            (!std::isfinite(ideal) || ideal > static_cast<double>(Probes::kMaxBitCount))) {
           return fail(ErrorCode::kFilterTooLarge,
                       "n = " + std::to_string(n) + " at p = " + rate_text(p) + " needs about " +
                           std::to_string(static_cast<std::uint64_t>(std::min(ideal, 1e19))) +

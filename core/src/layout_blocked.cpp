@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "abf/blocked.hpp"
+#include "abf/protocol/blocked.hpp"
+#include "abf/protocol/classic.hpp"
 
 
 namespace abf {
@@ -124,3 +126,30 @@ Result<Layout> choose_blocked_layout(const BloomSpec& spec) {
 }
 
 }  // namespace abf
+
+// --- The one-line probe kind's layout rule and estimate (protocols 3 and 4) ---
+
+namespace abf::probe {
+
+double BlockedProbes::modeled_false_positive_rate(std::uint64_t bit_count, std::uint32_t,
+                                                  std::uint64_t items) noexcept {
+  return modeled3(items, bit_count / blocked::kBlockBits);
+}
+
+bool BlockedProbes::choose_layout(std::uint64_t n, double p, std::uint64_t& bit_count,
+                                  std::uint32_t& hash_count) noexcept {
+  const auto layout = choose_blocked_layout({n, p});
+  if (!layout) return false;
+  bit_count = layout->bit_count;
+  hash_count = layout->hash_count;
+  return true;
+}
+
+FillBounds BlockedProbes::plausible_fill(std::uint64_t bit_count, std::uint32_t hash_count,
+                                         std::uint64_t inserted, FillCheck check) noexcept {
+  // Every insertion sets 8 distinct bits (one a word), and each bit of the
+  // filter with probability 8 / m: the classic derivation holds as it is.
+  return ClassicProbes::plausible_fill(bit_count, hash_count, inserted, check);
+}
+
+}  // namespace abf::probe

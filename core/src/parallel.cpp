@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "abf/blocked.hpp"
 #include "abf/probe.hpp"
 
 namespace abf::detail {
@@ -117,10 +119,14 @@ void insert_atomic_or(std::size_t grain, const probe::Scheme& scheme, std::uint6
                       const Digest* digests, std::size_t count) {
   probe::with_protocol(scheme.protocol, [&](auto protocol) {
     using P = decltype(protocol);
-    const PolicyPositions<P> positions{scheme, typename P::Probes::FastReduce(scheme.bit_count)};
-    parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
-      insert_shard<true>(positions, words, digests + begin, end - begin);
-    });
+    if constexpr (std::is_same_v<typename P::Probes, probe::ClassicProbes>) {
+      const PolicyPositions<P> positions{scheme, typename P::Probes::FastReduce(scheme.bit_count)};
+      parallel_for_chunks(0, count, grain, [&](std::size_t begin, std::size_t end) {
+        insert_shard<true>(positions, words, digests + begin, end - begin);
+      });
+    } else {
+      probe::unknown_protocol_trap();  // parallel_insert sends the one-line kind elsewhere
+    }
   });
 }
 
@@ -273,7 +279,16 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, const prob
     return;
   }
   MergeStrategy strategy = options.strategy;
-  if (strategy == MergeStrategy::kAuto) {
+  if (blocked::is_blocked_protocol(scheme.protocol)) {
+    // The one-line protocols: private bitsets when they fit the budget,
+    // else the engine on one thread (the atomic-OR and word-range paths
+    // hold 32-bit positions of the classic kind).
+    const std::size_t threads = available_threads();
+    const std::uint64_t bytes = scheme.bit_count / 8;
+    const bool fits = (threads - 1) * bytes <= kBuildScratchBudget;
+    strategy = fits && (options.force_split || count >= bytes / 64) ? MergeStrategy::kShardBitsets
+                                                                      : MergeStrategy::kSerial;
+  } else if (strategy == MergeStrategy::kAuto) {
     strategy = choose_strategy(scheme.bit_count, scheme.hash_count, count, available_threads());
   }
   switch (strategy) {
@@ -290,8 +305,13 @@ void parallel_insert(const ParallelOptions& options, InsertFn engine, const prob
     case MergeStrategy::kWordRange:
       probe::with_protocol(scheme.protocol, [&](auto protocol) {
         using P = decltype(protocol);
-        const PolicyPositions<P> positions{scheme, typename P::Probes::FastReduce(scheme.bit_count)};
-        insert_word_range(grain, positions, words, digests, count);
+        if constexpr (std::is_same_v<typename P::Probes, probe::ClassicProbes>) {
+          const PolicyPositions<P> positions{scheme,
+                                             typename P::Probes::FastReduce(scheme.bit_count)};
+          insert_word_range(grain, positions, words, digests, count);
+        } else {
+          probe::unknown_protocol_trap();  // sent to kShardBitsets or kSerial above
+        }
       });
       return;
   }

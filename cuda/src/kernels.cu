@@ -33,6 +33,23 @@ __device__ __forceinline__ probe::HashPair hashes_of_record(probe::Protocol2,
   return keyed_hashes_of_words(scheme.key, head.x, head.y, rest.x, rest.y);
 }
 
+// Protocol 3: h = the big-endian bytes 0..8 (the first little-endian word
+// swapped), q = bytes 8..16 as loaded.
+template <class Tail>
+__device__ __forceinline__ probe::HashPair hashes_of_record(probe::Protocol3,
+                                                            const probe::Scheme&, ulonglong2 head,
+                                                            Tail&&) {
+  return probe::HashPair{byte_swap64(head.x), head.y};
+}
+// Protocol 4: protocol 2's SipHash-2-4-128, h and q its two words.
+template <class Tail>
+__device__ __forceinline__ probe::HashPair hashes_of_record(probe::Protocol4,
+                                                            const probe::Scheme& scheme,
+                                                            ulonglong2 head, Tail&& tail) {
+  const ulonglong2 rest = tail();
+  return keyed_hashes_of_words(scheme.key, head.x, head.y, rest.x, rest.y);
+}
+
 // Step 1 of one record under the view's protocol, a branch every thread of
 // the grid takes alike (one view per launch), so it costs no divergence and
 // no second set of kernels to compile. Aligned: 128-bit loads, through the

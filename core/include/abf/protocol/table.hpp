@@ -33,6 +33,8 @@
 #include "abf/protocol/common.hpp"
 #include "abf/protocol/protocol1.hpp"
 #include "abf/protocol/protocol2.hpp"
+#include "abf/protocol/protocol3.hpp"
+#include "abf/protocol/protocol4.hpp"
 
 namespace abf::probe {
 
@@ -40,7 +42,7 @@ template <class... P>
 struct ProtocolList {};
 
 // The rows. Order does not matter; versions must be distinct.
-using Protocols = ProtocolList<Protocol1, Protocol2>;
+using Protocols = ProtocolList<Protocol1, Protocol2, Protocol3, Protocol4>;
 
 namespace table_detail {
 
