@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "abf/blocked.hpp"
 #include "abf/abf.hpp"
 #include "command.hpp"
 #include "common.hpp"
@@ -287,7 +288,8 @@ Key bench_key() {
 
 BuildOptions build_options(std::uint32_t protocol) {
   BuildOptions options;
-  if (protocol == probe::kProtocolKeyed) options.key = bench_key();
+  options.protocol = protocol;
+  if (probe::keyed_protocol(protocol)) options.key = bench_key();
   return options;
 }
 
@@ -448,6 +450,10 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
                       layout->hash_count, "h2d_copy", copy_rate, 1e9 / copy_rate, 1.0});
     }
     for (std::size_t p = 0; p < protocols.size(); ++p) {
+      const Layout filter_layout = filters[p].info().layout();
+      // A one-line filter reads or writes one line a digest, whichever the
+      // operation.
+      const bool one_line = blocked::is_blocked_protocol(protocols[p]);
       const double fill = filters[p].fill_ratio();
       const double estimated_fpp = filters[p].estimate_false_positive_rate();
       for (std::size_t b = 0; b < cases.size(); ++b) {
@@ -463,11 +469,12 @@ Result<void> run_scenario(const Scenario& scenario, const std::vector<std::uint3
           // about 1 / (1 - fill) to rule out a non-member (it stops at its
           // first clear bit). The GPU's ceiling is the bus its digests cross
           // instead.
-          const double reads = op == 1 ? 1.0 / (1.0 - fill) : layout->hash_count;
+          const double reads =
+              one_line ? 1.0 : (op == 1 ? 1.0 / (1.0 - fill) : filter_layout.hash_count);
           const double fraction =
               backend == Backend::kCuda ? 1e9 / ns / copy_rate : reads * line_ns / ns;
           rows.push_back({std::string(to_string(backend)), target, protocols[p], threads,
-                          scenario.name, batch, layout->bit_count, layout->hash_count,
+                          scenario.name, batch, filter_layout.bit_count, filter_layout.hash_count,
                           kOperations[op], 1e9 / ns, ns, fraction});
           Row& row = rows.back();
           row.spread = spread(times[at]);
@@ -564,11 +571,21 @@ int run_bench(const BenchOptions& options) {
   for (const auto& target : measured_targets) {
     measured_list += (measured_list.empty() ? "" : ", ") + target;
   }
+  // "all", or a comma list of versions (checked by the option), each once,
+  // in the order given: the rows of each are measured interleaved.
   std::vector<std::uint32_t> protocols;
   if (options.protocol == "all") {
-    protocols = {probe::kProtocolUnkeyed, probe::kProtocolKeyed};
+    protocols = {probe::kProtocolUnkeyed, probe::kProtocolKeyed, blocked::kProtocolBlocked,
+                 blocked::kProtocolBlockedKeyed};
   } else {
-    protocols = {static_cast<std::uint32_t>(std::stoul(options.protocol))};
+    std::size_t at = 0;
+    while (at <= options.protocol.size()) {
+      const std::size_t comma = std::min(options.protocol.find(',', at), options.protocol.size());
+      const auto version =
+          static_cast<std::uint32_t>(std::stoul(options.protocol.substr(at, comma - at)));
+      if (std::ranges::find(protocols, version) == protocols.end()) protocols.push_back(version);
+      at = comma + 1;
+    }
   }
   std::vector<unsigned> thread_counts;
   if (options.threads != 0) {
@@ -706,8 +723,22 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--backend", options->backend, backend_help)
       ->check(CLI::IsMember(backend_choices));
   app->add_option("--protocol", options->protocol,
-                  "1 (unkeyed, default), 2 (keyed: SipHash per digest) or all")
-      ->check(CLI::IsMember({"1", "2", "all"}));
+                  "Hash protocols to measure, interleaved in one run: a comma list of 1\n"
+                  "(classic, default), 2 (classic keyed: SipHash per digest), 3 (blocked: one\n"
+                  "line a digest), 4 (blocked keyed), or all")
+      ->check([](const std::string& text) -> std::string {
+        if (text == "all") return {};
+        std::size_t at = 0;
+        while (at <= text.size()) {
+          const std::size_t comma = std::min(text.find(',', at), text.size());
+          const std::string item = text.substr(at, comma - at);
+          if (item != "1" && item != "2" && item != "3" && item != "4") {
+            return "--protocol takes a comma list of 1, 2, 3 and 4, or all; got '" + text + "'";
+          }
+          at = comma + 1;
+        }
+        return {};
+      });
   app->add_option("--repetitions", options->repetitions, "Timed runs per case (default 5)")
       ->transform(count_validator(1, 1000));
   app->add_option("--fpp,-p", options->fpp,
