@@ -27,16 +27,9 @@ endforeach()
 # The admission pipeline both fronts share (server/src/admission.hpp), on a
 # real Core: a C++ unit test of the server's internals, so it is built only
 # here, with the server's library.
-add_executable(serve_admission_test serve/admission_test.cc test_support.cc)
-target_include_directories(serve_admission_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-                                                        ${PROJECT_SOURCE_DIR}/server/src)
-target_link_libraries(serve_admission_test PRIVATE abf_server abf abf_service GTest::gtest
-                                                   GTest::gtest_main hwy::hwy TBB::tbb
-                                                   OpenSSL::Crypto PkgConfig::XXHASH
-                                                   libdivide::libdivide
-                                                   nlohmann_json::nlohmann_json SQLite::SQLite3)
-target_compile_definitions(serve_admission_test PRIVATE
-  ABF_TEST_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data" ABF_CLI="$<TARGET_FILE:abf_cli>")
+add_executable(serve_admission_test serve/admission_test.cc)
+target_include_directories(serve_admission_test PRIVATE ${PROJECT_SOURCE_DIR}/server/src)
+target_link_libraries(serve_admission_test PRIVATE abf_server abf_test_support)
 add_dependencies(serve_admission_test abf_cli)
 add_dependencies(abf_tests serve_admission_test)
 add_test(NAME serve_admission COMMAND serve_admission_test)
