@@ -121,6 +121,8 @@ Result<void> save_output(const BuildCommandOptions& options, const FilterSet& se
   return save_snapshot(set.shard(0), options.output);
 }
 
+void note_blocked_rate(const BloomSpec& spec);
+
 // --from-catalog: the snapshot of a SQLite catalog at one version.
 int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
                            const std::optional<Key>& key) {
@@ -144,7 +146,13 @@ int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
     const Activity activity("building from " + options.from_catalog + " version " +
                             std::to_string(version));
     if (options.shards.empty()) {
-      auto filter = service::build_filter_from_catalog(*catalog, version, spec, key, backend);
+      const std::uint32_t protocol =
+          options.layout == "blocked"
+              ? (key ? blocked::kProtocolBlockedKeyed : blocked::kProtocolBlocked)
+              : BuildOptions::kProtocolByKey;
+      if (options.layout == "blocked") note_blocked_rate(spec);
+      auto filter =
+          service::build_filter_from_catalog(*catalog, version, spec, key, protocol, backend);
       if (!filter) return std::unexpected(filter.error());
       return FilterSet(std::move(*filter));
     }
@@ -283,11 +291,10 @@ int run_build(const BuildCommandOptions& options) {
   auto key = key_from_option(options.key_file);
   if (!key) return report("build", key.error());
 
-  if (options.layout == "blocked" && (!options.from_catalog.empty() || !options.shards.empty())) {
+  if (options.layout == "blocked" && !options.shards.empty()) {
     return usage_error("build",
-                       "--layout blocked builds one snapshot from --input (up to 2^40 bits, one "
-                       "filter for 2^36 digests); --from-catalog and --shards take the classic "
-                       "layout only in this version");
+                       "--layout blocked builds one snapshot (up to 2^40 bits, one filter for "
+                       "2^36 digests); --shards takes the classic layout only in this version");
   }
   if (!options.from_catalog.empty()) return run_build_from_catalog(options, *backend, *key);
 

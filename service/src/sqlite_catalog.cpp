@@ -1448,12 +1448,15 @@ auto fill_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version, co
 }
 
 BuildOptions options_for(const SqliteCatalog& catalog, std::uint64_t catalog_version,
-                         const std::optional<Key>& key) {
+                         const std::optional<Key>& key,
+                         std::uint32_t protocol = BuildOptions::kProtocolByKey) {
   BuildOptions options;
   options.catalog_version = catalog_version;
   options.catalog_id = catalog.catalog_id().value_or(CatalogId{});
   options.key = key;
-  options.protocol = key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;  // the classic layout's
+  options.protocol = protocol != BuildOptions::kProtocolByKey
+                         ? protocol
+                         : (key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed);  // classic
   return options;
 }
 
@@ -1465,6 +1468,14 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
   return fill_from_catalog(catalog, catalog_version, spec,
                            FilterBuilder::create(spec, options_for(catalog, catalog_version, key)),
                            backend);
+}
+
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, const std::optional<Key>& key,
+                                         std::uint32_t protocol, Backend backend) {
+  return fill_from_catalog(
+      catalog, catalog_version, spec,
+      FilterBuilder::create(spec, options_for(catalog, catalog_version, key, protocol)), backend);
 }
 
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,

@@ -219,6 +219,12 @@ class SqliteCatalog final : public ArtifactRepository {
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
                                          const BloomSpec& spec, const std::optional<Key>& key,
                                          Backend backend = Backend::kAuto);
+// The same under hashProtocolVersion `protocol` (BuildOptions::protocol:
+// 3 or 4 for the blocked layout, with `key` for 4; kProtocolByKey the
+// classic choice by key). `abf build --from-catalog --layout blocked`.
+Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
+                                         const BloomSpec& spec, const std::optional<Key>& key,
+                                         std::uint32_t protocol, Backend backend = Backend::kAuto);
 // The same, unkeyed.
 Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t catalog_version,
                                          const BloomSpec& spec, Backend backend = Backend::kAuto);
