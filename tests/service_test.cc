@@ -543,6 +543,54 @@ TEST(ServiceTest, PrometheusNamesFollowTheNamingConventions) {
   }
 }
 
+// The many-source text (a server's tenants) is each source's own text with
+// its labels on every sample: HELP and TYPE once a family, the families in
+// the single text's order, one sample per source in the order given.
+TEST(ServiceTest, PrometheusOfSeveralSourcesLabelsEachSampleOfItsOwnText) {
+  MetricsSnapshot a, b;
+  for (std::size_t i = 0; i < kCounterCount; ++i) {
+    a.counters[i] = i + 1;
+    b.counters[i] = 1000 * (i + 7);
+  }
+  a.has_snapshot = true;
+  a.bit_count = 9592960;
+  a.hash_count = 7;
+  a.fill_ratio = 0.49;
+  b.catalog_version = 12;
+  b.estimated_fpp = 0.0125;
+  const std::vector<LabelledMetrics> sources = {{"tenant=\"a\"", &a},
+                                                {"tenant=\"b\\\"\",x=\"1\"", &b}};
+  // The reference: each single text, split into families, relabelled.
+  const auto lines_of = [](const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  const auto text_a = lines_of(to_prometheus(a));
+  const auto text_b = lines_of(to_prometheus(b));
+  ASSERT_EQ(text_a.size(), text_b.size());
+  ASSERT_EQ(text_a.size() % 3, 0u);
+  std::string expected;
+  for (std::size_t i = 0; i < text_a.size(); i += 3) {
+    ASSERT_EQ(text_a[i], text_b[i]);
+    ASSERT_EQ(text_a[i + 1], text_b[i + 1]);
+    expected += text_a[i] + "\n" + text_a[i + 1] + "\n";
+    for (const auto& [lines, labels] :
+         {std::pair{&text_a, sources[0].labels}, std::pair{&text_b, sources[1].labels}}) {
+      const std::string& sample = (*lines)[i + 2];
+      const auto space = sample.find(' ');
+      expected += sample.substr(0, space) + "{" + std::string(labels) + "}" + sample.substr(space) +
+                  "\n";
+    }
+  }
+  EXPECT_EQ(to_prometheus(std::span<const LabelledMetrics>(sources)), expected);
+  // No labels: the single text; no sources: nothing.
+  const LabelledMetrics bare{{}, &a};
+  EXPECT_EQ(to_prometheus(std::span<const LabelledMetrics>(&bare, 1)), to_prometheus(a));
+  EXPECT_EQ(to_prometheus(std::span<const LabelledMetrics>()), "");
+}
+
 TEST(ServiceTest, RatiosWithNothingCountedAreZero) {
   const MetricsSnapshot empty;
   EXPECT_EQ(empty.negative_bypass_ratio(), 0.0);

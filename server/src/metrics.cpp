@@ -52,36 +52,6 @@ std::string label_value(std::string_view text) {
 }
 
 
-void merge_exposition(std::string_view text, std::string_view tenant,
-                      std::vector<std::string>& order, std::map<std::string, Family>& families) {
-  std::istringstream in{std::string(text)};
-  std::string line;
-  const std::string label = "tenant=\"" + label_value(tenant) + "\"";
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    if (line.rfind("# ", 0) == 0) {
-      std::istringstream words(line.substr(2));
-      std::string kind, name;
-      words >> kind >> name;
-      if (!families.contains(name)) order.push_back(name);
-      Family& family = families[name];
-      if (kind == "HELP" && family.help.empty()) family.help = line;
-      if (kind == "TYPE" && family.type.empty()) family.type = line;
-      continue;
-    }
-    const auto name_end = line.find_first_of(" {");
-    const std::string name = line.substr(0, name_end);
-    if (!families.contains(name)) order.push_back(name);
-    std::string sample;
-    if (name_end != std::string::npos && line[name_end] == '{') {
-      sample = name + "{" + label + "," + line.substr(name_end + 1);
-    } else {
-      sample = name + "{" + label + "}" + line.substr(name_end);
-    }
-    families[name].samples.push_back(std::move(sample));
-  }
-}
-
 std::string format_bound(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", value);

@@ -1,7 +1,6 @@
 // The pieces of the server's Prometheus text (/metrics): the endpoints
-// and their latency histograms, label escaping, number formatting, the
-// service's families relabelled per tenant, and the process metrics read
-// from /proc. Internal.
+// and their latency histograms, label escaping, number formatting, and the
+// process metrics read from /proc. Internal.
 #pragma once
 
 #include <array>
@@ -9,7 +8,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,17 +100,6 @@ std::string label_value(std::string_view text);
 
 // A sample value or bucket bound: the shortest form that reads back the same.
 std::string format_bound(double value);
-
-// One metric family of an exposition: its HELP and TYPE lines and samples.
-struct Family {
-  std::string help, type;
-  std::vector<std::string> samples;
-};
-
-// Adds the families of `text` (to_prometheus output) with a tenant label on
-// every sample, keeping the order families first appear in.
-void merge_exposition(std::string_view text, std::string_view tenant,
-                      std::vector<std::string>& order, std::map<std::string, Family>& families);
 
 // The standard process metrics of Prometheus' client libraries, from
 // /proc/self (Linux): CPU seconds, resident and virtual memory, open and

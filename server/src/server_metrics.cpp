@@ -1,8 +1,8 @@
 // The server's /metrics text and the counts behind it (server_core.hpp):
-// the service's families with a tenant label, the server's own, the
-// latency histograms as of their last release, the process' metrics.
+// every tenant's service families with its tenant label (service::to_prometheus
+// of them all), the server's own, the latency histograms as of their last
+// release, the process' metrics.
 #include <algorithm>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -81,26 +81,23 @@ std::string Core::prometheus() const {
     released = released_;
     latency = released_latency_;
   }
-  std::vector<std::string> order;
-  std::map<std::string, Family> families;
+  // Every tenant's service metrics, each sample with its tenant's label.
+  std::vector<service::MetricsSnapshot> snapshots(tenants_.size());
+  std::vector<std::string> labels(tenants_.size());
+  std::vector<service::LabelledMetrics> sources(tenants_.size());
   for (std::size_t t = 0; t < tenants_.size(); ++t) {
     const Tenant& tenant = *tenants_[t];
     const auto snapshot = tenant.publisher->current();
-    service::MetricsSnapshot metrics = tenant.metrics.collect(snapshot.get());
+    snapshots[t] = tenant.metrics.collect(snapshot.get());
     for (std::size_t i = 0; i < service::kCounterCount; ++i) {
       if (follows_answers(static_cast<service::Counter>(i))) {
-        metrics.counters[i] = released[t].counters[i];
+        snapshots[t].counters[i] = released[t].counters[i];
       }
     }
-    merge_exposition(service::to_prometheus(metrics), tenant.config.name, order, families);
+    labels[t] = "tenant=\"" + label_value(tenant.config.name) + "\"";
+    sources[t] = service::LabelledMetrics{labels[t], &snapshots[t]};
   }
-  std::string out;
-  for (const std::string& name : order) {
-    const Family& family = families[name];
-    if (!family.help.empty()) out += family.help + "\n";
-    if (!family.type.empty()) out += family.type + "\n";
-    for (const std::string& sample : family.samples) out += sample + "\n";
-  }
+  std::string out = service::to_prometheus(sources);
   const auto family = [&](std::string_view name, std::string_view type, std::string_view help) {
     out += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " +
            std::string(name) + " " + std::string(type) + "\n";

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -188,18 +189,44 @@ MetricsSnapshot Metrics::collect(const Snapshot* current) const {
 }
 
 std::string to_prometheus(const MetricsSnapshot& metrics) {
+  const LabelledMetrics source{{}, &metrics};
+  return to_prometheus(std::span<const LabelledMetrics>(&source, 1));
+}
+
+std::string to_prometheus(std::span<const LabelledMetrics> sources) {
   std::string out;
+  if (sources.empty()) return out;
+  const auto sample = [&](const std::string& name, std::string_view labels,
+                          const std::string& value) {
+    out += name;
+    if (!labels.empty()) {
+      out += '{';
+      out += labels;
+      out += '}';
+    }
+    out += ' ';
+    out += value;
+    out += '\n';
+  };
   for (std::size_t i = 0; i < kCounterCount; ++i) {
     const std::string name(kCounterPrometheusNames[i]);
     out += "# HELP " + name + " " + std::string(kCounterHelp[i]) + "\n";
     out += "# TYPE " + name + " counter\n";
-    out += name + " " + std::to_string(metrics.counters[i]) + "\n";
+    for (const LabelledMetrics& source : sources) {
+      sample(name, source.labels, std::to_string(source.metrics->counters[i]));
+    }
   }
-  for (const Gauge& gauge : gauges(metrics)) {
-    const std::string name(gauge.name);
-    out += "# HELP " + name + " " + std::string(gauge.help) + "\n";
+  // Every snapshot has the same gauges, in the same order.
+  std::vector<std::vector<Gauge>> values;
+  values.reserve(sources.size());
+  for (const LabelledMetrics& source : sources) values.push_back(gauges(*source.metrics));
+  for (std::size_t g = 0; g < values.front().size(); ++g) {
+    const std::string name(values.front()[g].name);
+    out += "# HELP " + name + " " + std::string(values.front()[g].help) + "\n";
     out += "# TYPE " + name + " gauge\n";
-    out += name + " " + format_number(gauge.value) + "\n";
+    for (std::size_t s = 0; s < sources.size(); ++s) {
+      sample(name, sources[s].labels, format_number(values[s][g].value));
+    }
   }
   return out;
 }

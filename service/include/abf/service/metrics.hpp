@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -83,6 +84,18 @@ struct MetricsSnapshot {
 // _false_discovery_ratio), and times are seconds (_snapshot_age_seconds).
 // docs/service.md has the whole table.
 std::string to_prometheus(const MetricsSnapshot& metrics);
+
+// One source of a many-source exposition (a server's tenant): its metrics,
+// and the labels its samples carry, as they go inside the braces (values
+// already escaped), e.g. tenant="a".
+struct LabelledMetrics {
+  std::string_view labels;
+  const MetricsSnapshot* metrics = nullptr;
+};
+// The exposition of several sources: each family's HELP and TYPE once, then
+// one sample per source with its labels, in the order given ("" for none).
+// A source with empty labels writes its samples as to_prometheus does.
+std::string to_prometheus(std::span<const LabelledMetrics> sources);
 
 // A JSON object: "counters" and "gauges" keyed by the dotted names, and
 // "derived" with negativeBypassRatio, observedFalsePositiveRate and
