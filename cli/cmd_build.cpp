@@ -273,10 +273,17 @@ void note_blocked_rate(const BloomSpec& spec) {
 
 int run_build(const BuildCommandOptions& options) {
   if (auto refused = binary_to_terminal(options.output)) return usage_error("build", *refused);
-  if (auto clash = output_overwrites_input(
-          options.output, {{"--from-catalog", options.from_catalog}, {"--input", options.input}})) {
-    return usage_error("build", *clash);
+  CommandFiles inputs;
+  inputs.add_catalog("--from-catalog", options.from_catalog);
+  if (options.from_catalog.empty()) inputs.add_file("--input", options.input);
+  inputs.add_file("--key-file", options.key_file);
+  CommandFiles outputs;
+  if (options.shards.empty()) {
+    outputs.add_file("--output", options.output);
+  } else {
+    outputs.add_filter_set("--output", options.output, /*written=*/true);
   }
+  if (auto clash = inputs.overwritten_input(outputs)) return usage_error("build", *clash);
   if (!options.shards.empty() && options.output == "-") {
     return usage_error("build",
                        "--shards writes a filter set, a manifest and shard files beside it, "

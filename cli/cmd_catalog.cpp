@@ -85,6 +85,12 @@ int run_upgrade(const CatalogOptions& options) {
 
 int run_change(const CatalogOptions& options, bool adding) {
   const char* name = adding ? "catalog add" : "catalog remove";
+  // The catalog's files are written: none may be the input.
+  CommandFiles written;
+  written.add_catalog("--db", options.db);
+  CommandFiles input;
+  input.add_file("--input", options.input);
+  if (auto clash = input.overwritten_input(written)) return usage_error(name, *clash);
   auto format = parse_input_format(options.input_format);
   if (!format) return report(name, format.error());
   auto catalog = service::SqliteCatalog::open(options.db, open_options(options, false));

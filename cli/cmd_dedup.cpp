@@ -52,15 +52,16 @@ int run_dedup(const DedupOptions& options) {
     return usage_error("dedup",
                        "--snapshot - and --input - both read standard input; give one a file");
   }
+  CommandFiles inputs;
+  inputs.add_catalog("--db", options.db);
+  inputs.add_filter_set("--snapshot", options.snapshot);
+  inputs.add_index_set("--index", options.index);
+  inputs.add_file("--input", options.input);
+  inputs.add_file("--key-file", options.key_file);
   for (const auto& [option, written] :
        {std::pair<std::string_view, const std::string*>{"--output", &options.output},
         {"--stats-json", &options.stats_json}}) {
-    if (auto clash = output_overwrites_input(*written,
-                                             {{"--db", options.db},
-                                              {"--snapshot", options.snapshot},
-                                              {"--index", options.index},
-                                              {"--input", options.input}},
-                                             option)) {
+    if (auto clash = output_overwrites_input(inputs, option, *written)) {
       return usage_error("dedup", *clash);
     }
   }

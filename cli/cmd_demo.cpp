@@ -65,6 +65,10 @@ int run_demo(const DemoOptions& options) {
   if (auto layout = choose_layout(BloomSpec{options.items, options.fpp}); !layout) {
     return report_spec("demo", layout.error());
   }
+  // It reads no file, but its snapshot may still not be a catalog's -wal.
+  if (auto clash = output_overwrites_input(CommandFiles(), "--output", options.output)) {
+    return usage_error("demo", *clash);
+  }
   const unsigned threads = apply_threads(options.threads);
   const bool quiet = options.json;  // --json: one object at the end, no steps
   say(quiet, "abf demo: %s SHA-256(\"member:<i>\"), n = %s, p = %g\n",

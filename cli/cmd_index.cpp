@@ -177,10 +177,16 @@ int run_index(const IndexOptions& options) {
                        "an index set (--shards > 1) is a manifest and shard files beside it; "
                        "-o must name a file, not standard output");
   }
-  if (auto clash = output_overwrites_input(options.output,
-                                           {{"--db", options.db}, {"--input", options.input}})) {
-    return usage_error("index", *clash);
+  CommandFiles inputs;
+  inputs.add_catalog("--db", options.db);
+  inputs.add_file("--input", options.input);
+  CommandFiles outputs;
+  if (options.shards > 1) {
+    outputs.add_index_set("--output", options.output, /*written=*/true);
+  } else {
+    outputs.add_file("--output", options.output);
   }
+  if (auto clash = inputs.overwritten_input(outputs)) return usage_error("index", *clash);
   if (options.db.empty() == options.input.empty()) {
     return usage_error("index",
                        "give either --db (index a catalog version) or --input (index a list of "

@@ -16,6 +16,11 @@ struct KeyOptions {
 };
 
 int run_generate(const KeyOptions& options) {
+  // Never over an existing file, but a name SQLite gives its files beside
+  // a database (c.db-journal) it may still not take.
+  if (auto clash = output_overwrites_input(CommandFiles(), "--output", options.output)) {
+    return usage_error("key generate", *clash);
+  }
   auto key = Key::generate();
   if (!key) return report("key generate", key.error());
   if (auto written = write_key_file(*key, options.output); !written) {

@@ -25,11 +25,6 @@ struct MergeCommandOptions {
 
 int run_merge(const MergeCommandOptions& options) {
   if (auto refused = binary_to_terminal(options.output)) return usage_error("merge", *refused);
-  for (const auto& input : options.inputs) {
-    if (auto clash = output_overwrites_input(options.output, {{"input", input}})) {
-      return usage_error("merge", *clash);
-    }
-  }
   if (std::ranges::count(options.inputs, "-") > 1) {
     return usage_error("merge", "standard input (-) can be only one of the inputs");
   }
@@ -40,6 +35,16 @@ int run_merge(const MergeCommandOptions& options) {
     if (!is_set) return report("merge", is_set.error());
     sets = sets || *is_set;
   }
+  CommandFiles inputs;
+  for (const auto& input : options.inputs) inputs.add_filter_set("input", input);
+  inputs.add_file("--key-file", options.key_file);
+  CommandFiles outputs;
+  if (sets) {
+    outputs.add_filter_set("--output", options.output, /*written=*/true);
+  } else {
+    outputs.add_file("--output", options.output);
+  }
+  if (auto clash = inputs.overwritten_input(outputs)) return usage_error("merge", *clash);
   if (sets && options.output == "-") {
     return usage_error("merge",
                        "the inputs are filter sets, whose merge is a manifest and shard files, "

@@ -74,8 +74,11 @@ int run_query(const QueryOptions& options) {
     return usage_error("query",
                        "--snapshot - and --input - both read standard input; give one a file");
   }
-  if (auto clash = output_overwrites_input(
-          options.output, {{"--snapshot", options.snapshot}, {"--input", options.input}})) {
+  CommandFiles inputs;
+  inputs.add_filter_set("--snapshot", options.snapshot);
+  inputs.add_file("--input", options.input);
+  inputs.add_file("--key-file", options.key_file);
+  if (auto clash = output_overwrites_input(inputs, "--output", options.output)) {
     return usage_error("query", *clash);
   }
   apply_threads(options.threads);

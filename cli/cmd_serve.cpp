@@ -94,6 +94,57 @@ Result<server::ServerConfig> make_config(const ServeOptions& options) {
   return config;
 }
 
+// With --follow the server writes each tenant's snapshot (and, replacing a
+// set, removes its old shards): none may be another file the server reads
+// or holds, another tenant's snapshot included. Files are named by their
+// flags in the one-tenant form, by their keys under --config.
+std::optional<std::string> follow_overwrites_input(const ServeOptions& options,
+                                                   const server::ServerConfig& config) {
+  const bool flags = options.config.empty();
+  const auto key = [&](const server::TenantConfig& tenant, std::string_view name,
+                       std::string_view flag) {
+    return flags ? std::string(flag) : "tenant \"" + tenant.name + "\" " + std::string(name);
+  };
+  const auto top = [&](const std::string& given, std::string_view name, std::string_view flag) {
+    return flags || !given.empty() ? std::string(flag) : std::string(name);
+  };
+  for (std::size_t t = 0; t < config.tenants.size(); ++t) {
+    CommandFiles inputs;
+    inputs.add_file("--config", options.config);
+    if (config.token_file) {
+      inputs.add_file(top(options.token_file, "token_file", "--token-file"),
+                      config.token_file->string());
+    }
+    if (config.tls_cert) {
+      inputs.add_file(top(options.tls_cert, "tls_cert", "--tls-cert"), config.tls_cert->string());
+    }
+    if (config.tls_key) {
+      inputs.add_file(top(options.tls_key, "tls_key", "--tls-key"), config.tls_key->string());
+    }
+    for (std::size_t u = 0; u < config.tenants.size(); ++u) {
+      const server::TenantConfig& tenant = config.tenants[u];
+      if (u != t) {
+        inputs.add_filter_set(key(tenant, "snapshot", "--snapshot"), tenant.snapshot.string());
+      }
+      inputs.add_catalog(key(tenant, "db", "--db"), tenant.db.string());
+      if (tenant.key_file) {
+        inputs.add_file(key(tenant, "key_file", "--key-file"), tenant.key_file->string());
+      }
+      if (tenant.index) {
+        inputs.add_index_set(key(tenant, "index", "--index"), tenant.index->string());
+      }
+    }
+    const server::TenantConfig& tenant = config.tenants[t];
+    CommandFiles outputs;
+    outputs.add_filter_set(key(tenant, "snapshot", "--snapshot"), tenant.snapshot.string(),
+                           /*written=*/true);
+    if (auto clash = inputs.overwritten_input(outputs)) {
+      return "--follow rewrites each tenant's snapshot, and " + *clash;
+    }
+  }
+  return std::nullopt;
+}
+
 int run_serve(const ServeOptions& options) {
   if (options.config.empty() && (options.snapshot.empty() || options.db.empty())) {
     return usage_error("serve", "give --config FILE, or --snapshot and --db for one tenant");
@@ -111,6 +162,9 @@ int run_serve(const ServeOptions& options) {
   }
   auto config = make_config(options);
   if (!config) return report("serve", config.error());
+  if (config->head.follow) {
+    if (auto clash = follow_overwrites_input(options, *config)) return usage_error("serve", *clash);
+  }
 
   // SIGHUP (reload), SIGTERM and SIGINT (graceful stop) are taken by
   // sigwait below: blocked here, before any thread starts, so that every

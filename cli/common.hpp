@@ -1,7 +1,8 @@
 // Shared pieces of the `abf` subcommands: error reporting, exit codes,
 // standard streams, progress on a terminal, thread limits. Defined by
 // concern: diagnostics.cpp (errors, exit statuses, unknown commands and
-// options), output.cpp (standard output, reports, DataOutput), format.cpp
+// options), same_file.cpp (CommandFiles: an output never overwrites an
+// input), output.cpp (standard output, reports, DataOutput), format.cpp
 // (a filter's summary in words and JSON, counts, rates), input.cpp
 // (standard input, snapshot and set arguments, generated digests),
 // options.cpp (shared options and validators), progress.cpp (Progress,
@@ -54,15 +55,68 @@ int report(std::string_view command, const Error& error);
 // stderr; returns kExitUsage.
 int usage_error(std::string_view command, std::string_view message);
 
-// The message for an output path that names the same file as one of the
-// command's inputs (the catalog, a snapshot, the input digests), which
-// writing it would destroy: `abf build --from-catalog c.db -o c.db`. Each
-// input is (option name, path); "-" and empty paths, and paths that do not
-// exist yet, never match. None when the output is safe to write.
-std::optional<std::string> output_overwrites_input(
-    const std::string& output,
-    std::initializer_list<std::pair<std::string_view, std::string_view>> inputs,
-    std::string_view output_option = "--output");
+// The same-file rule, one for every command: no file a command writes may
+// be a file it reads or holds, since writing it would destroy that input
+// (an attacker's review destroyed a catalog with `abf build --from-catalog
+// c.db -o c.db`, a filter set with `abf query -s c.abfs -o <one of its
+// shards>`, committed catalog versions with `-o c.db-wal`). A command lists
+// what it reads in one CommandFiles and what it writes in another, each
+// file under the option that named it, and asks overwritten_input() before
+// anything is written; a clash is a usage error (exit 2) that names both.
+//
+// What a file added here stands for:
+//   add_file         the path itself;
+//   add_filter_set   a snapshot, or a filter-set (ABFS) manifest and every
+//                    shard file it names;
+//   add_index_set    an exact index, or an index-set (ABXS) manifest and
+//                    every shard file it names;
+//   add_catalog      a SQLite catalog P and the files SQLite keeps beside it
+//                    (https://sqlite.org/tempfiles.html): P-wal, P-shm,
+//                    P-journal and its super-journals P-mjXXXXXX9XX (X a
+//                    hex digit), whether they exist yet or not.
+// add_filter_set and add_index_set with `written` = true describe an output
+// that writes a set: its manifest, and the shards of the set now there,
+// which the write removes once the new manifest is in.
+// Apart from the inputs, no output may be a file SQLite keeps beside any
+// existing SQLite database (P-wal, P-shm, P-journal, P-mjXXXXXX9XX beside a
+// file that starts "SQLite format 3"), read by the command or not: writing
+// one loses what the database keeps there (`abf query -o c.db-wal` with a
+// server holding c.db lost committed versions).
+// Files are compared by identity (device and inode) where both exist, and
+// by canonical path otherwise, symbolic links followed as AtomicFile
+// follows them (a dangling link to its target): a hard link, `./c.db`, a
+// link to a -wal that does not exist yet are all caught. "-" (a stream) and
+// empty paths are never files. An output that exists and is not a regular
+// file (/dev/null, a terminal, a FIFO) is written in place and replaces
+// nothing, so it never clashes.
+class CommandFiles {
+ public:
+  CommandFiles();
+  ~CommandFiles();
+  CommandFiles(CommandFiles&&) noexcept;
+  CommandFiles& operator=(CommandFiles&&) noexcept;
+
+  void add_file(std::string_view option, const std::string& path);
+  void add_filter_set(std::string_view option, const std::string& path, bool written = false);
+  void add_index_set(std::string_view option, const std::string& path, bool written = false);
+  void add_catalog(std::string_view option, const std::string& path);
+
+  // The usage error's message for the first file of `outputs` that is a
+  // file of this set: "--output c.abfs.<id>.00001.abf is the same file as
+  // shard 1 of 3 of --snapshot c.abfs (c.abfs.<id>.00001.abf): writing it
+  // would destroy the input; name another file". None when nothing clashes.
+  std::optional<std::string> overwritten_input(const CommandFiles& outputs) const;
+
+  struct Entry;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// The common case: one output file against a command's inputs.
+std::optional<std::string> output_overwrites_input(const CommandFiles& inputs,
+                                                   std::string_view output_option,
+                                                   const std::string& output);
 
 // The usage error text for `command` ("catalog add"; "" for abf itself).
 std::string usage_text(std::string_view command, std::string_view message);

@@ -1,11 +1,10 @@
 // Errors and exit statuses (common.hpp): report, usage errors, unknown
-// commands and options, an output that would overwrite an input.
+// commands and options.
 #include "common.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -47,23 +46,6 @@ std::string usage_text(std::string_view command, std::string_view message) {
 int usage_error(std::string_view command, std::string_view message) {
   std::cerr << usage_text(command, message);
   return kExitUsage;
-}
-
-std::optional<std::string> output_overwrites_input(
-    const std::string& output,
-    std::initializer_list<std::pair<std::string_view, std::string_view>> inputs,
-    std::string_view output_option) {
-  if (output.empty() || output == "-") return std::nullopt;
-  for (const auto& [option, input] : inputs) {
-    if (input.empty() || input == "-") continue;
-    std::error_code ec;
-    if (std::filesystem::equivalent(output, std::filesystem::path(input), ec) && !ec) {
-      return std::string(output_option) + " " + output + " is the same file as " +
-             std::string(option) + " " + std::string(input) +
-             ": writing it would destroy the input; name another file";
-    }
-  }
-  return std::nullopt;
 }
 
 std::optional<std::string> unknown_command(const CLI::App& root, int argc,

@@ -1,12 +1,17 @@
 // The command's small things (issue 27): exit statuses, unknown options,
 // counts in scientific notation, words, terminals, query output read back,
-// progress only on a terminal, snake_case everywhere.
+// progress only on a terminal, snake_case everywhere; an output never
+// overwrites an input (issue 33: shards, key files, a catalog's -wal).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <regex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -408,6 +413,220 @@ TEST_F(CliPolishTest, AnOutputThatIsAnInputIsRefusedAndTheInputKept) {
   EXPECT_EQ(bytes("c.abf"), snapshot);
   EXPECT_EQ(bytes("m.txt"), input);
   EXPECT_EQ(abf("catalog stats --db c.db").status, 0);
+}
+
+// Issue 33: the rule covers every file a command reads or holds, not only
+// the paths it was given. Each case below exited 0 and destroyed its input:
+// an output onto a shard a set's manifest names, onto the key file, onto
+// the catalog's -wal (and the other files SQLite keeps beside it).
+class SameFileTest : public CliPolishTest {
+ protected:
+  std::string bytes(const std::string& name) const {
+    std::ifstream in(path(name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // Every file in the folder and its bytes.
+  std::map<std::string, std::string> folder() const {
+    std::map<std::string, std::string> files;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      if (entry.is_regular_file()) files[entry.path().filename()] = bytes(entry.path().filename());
+    }
+    return files;
+  }
+  // The names of the files added, removed or changed since `before`.
+  std::string changed_since(const std::map<std::string, std::string>& before) const {
+    const auto now = folder();
+    std::string names;
+    for (const auto& [name, content] : now) {
+      const auto was = before.find(name);
+      if (was == before.end() || was->second != content) names += " " + name;
+    }
+    for (const auto& [name, content] : before) {
+      if (!now.contains(name)) names += " " + name + " (removed)";
+    }
+    return names;
+  }
+};
+
+TEST_F(SameFileTest, AnOutputOntoAShardOfAnInputSetIsRefused) {
+  write("m.txt", hex_lines(300, 51));
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i m.txt").status, 0);
+  ASSERT_EQ(abf("build --from-catalog c.db -n 1000 -p 0.01 --shards 3 -o c.abfs").status, 0);
+  ASSERT_EQ(abf("index --db c.db --shards 3 -o c.abxs").status, 0);
+  const auto set = read_set_manifest(path("c.abfs"));
+  ASSERT_TRUE(set) << set.error().describe();
+  const auto index = [&] {
+    const std::string manifest = bytes("c.abxs");
+    return parse_index_set_manifest(
+        std::span(reinterpret_cast<const std::uint8_t*>(manifest.data()), manifest.size()));
+  }();
+  ASSERT_TRUE(index) << index.error().describe();
+  ASSERT_EQ(set->shard_count(), 3u);
+  ASSERT_EQ(index->shard_count(), 3u);
+  const std::string shard = set->shards[1].file;
+  const std::string index_shard = index->shards[1].file;
+  // A copy of the manifest names the same shards: writing a set over the
+  // original removes them (the shards of the set it replaces).
+  fs::copy_file(path("c.abfs"), path("copy.abfs"));
+  const std::string of_set =
+      " is the same file as shard 1 of 3 of --snapshot c.abfs (" + shard + ")";
+  const struct {
+    std::string arguments, what;
+  } cases[] = {
+      {"query -s c.abfs -i m.txt -o " + shard, "--output " + shard + of_set},
+      {"dedup -s c.abfs --db c.db -i m.txt -o " + shard, "--output " + shard + of_set},
+      {"dedup -s c.abfs --db c.db -i m.txt -o /dev/null --stats-json " + shard,
+       "--stats-json " + shard + of_set},
+      {"merge c.abfs c.abfs -o " + shard,
+       "--output " + shard + " is the same file as shard 1 of 3 of input c.abfs"},
+      {"dedup -s c.abfs --db c.db --index c.abxs -i m.txt -o /dev/null --stats-json " + index_shard,
+       "--stats-json " + index_shard + " is the same file as shard 1 of 3 of --index c.abxs (" +
+           index_shard + ")"},
+      {"dedup -s c.abfs --db c.db --index c.abxs -i m.txt -o " + index_shard,
+       "is the same file as shard 1 of 3 of --index c.abxs"},
+      {"merge copy.abfs -o c.abfs",
+       "shard 0 of 3 of --output c.abfs (" + set->shards[0].file +
+           "), which writing a set there removes, is the same file as shard 0 of 3 of input "
+           "copy.abfs"},
+  };
+  const auto before = folder();
+  for (const auto& c : cases) expect_usage(abf(c.arguments), c.what, c.arguments);
+  EXPECT_EQ(changed_since(before), "");
+  // The sets still load and answer.
+  EXPECT_EQ(abf("query -s c.abfs -i m.txt --summary").status, 0);
+  const CliRun dedup = abf("dedup -s copy.abfs --db c.db --index c.abxs -i m.txt");
+  EXPECT_EQ(dedup.status, 0) << dedup.err;
+  EXPECT_EQ(dedup.out, "");
+  // Any other name is fine.
+  const CliRun fine = abf("query -s c.abfs -i m.txt -o answers.tsv");
+  EXPECT_EQ(fine.status, 0) << fine.err;
+}
+
+TEST_F(SameFileTest, AnOutputOntoTheKeyFileIsRefused) {
+  write("m.txt", hex_lines(200, 52));
+  ASSERT_EQ(abf("key generate -o k.key").status, 0);
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i m.txt").status, 0);
+  ASSERT_EQ(abf("build --from-catalog c.db -n 1000 -p 0.01 --key-file k.key -o c.abf").status, 0);
+  fs::create_symlink("k.key", path("key.link"));
+  const std::string what = "--output k.key is the same file as --key-file k.key";
+  const struct {
+    std::string arguments, what;
+  } cases[] = {
+      {"build -n 1000 -p 0.01 -i m.txt --key-file k.key -o k.key", what},
+      {"build --from-catalog c.db -n 1000 -p 0.01 --key-file k.key -o k.key", what},
+      {"build --from-catalog c.db -n 1000 -p 0.01 --shards 2 --key-file k.key -o k.key", what},
+      {"query -s c.abf -i m.txt --key-file k.key -o k.key", what},
+      {"query -s c.abf -i m.txt --key-file k.key -o key.link",
+       "--output key.link is the same file as --key-file k.key"},
+      {"dedup -s c.abf --db c.db -i m.txt --key-file k.key -o k.key", what},
+      {"dedup -s c.abf --db c.db -i m.txt --key-file k.key -o /dev/null --stats-json k.key",
+       "--stats-json k.key is the same file as --key-file k.key"},
+      {"merge c.abf --key-file k.key -o k.key", what},
+  };
+  const auto before = folder();
+  for (const auto& c : cases) expect_usage(abf(c.arguments), c.what, c.arguments);
+  EXPECT_EQ(changed_since(before), "");
+  EXPECT_EQ(abf("query -s c.abf -i m.txt --key-file k.key --summary").status, 0);
+}
+
+// With the catalog held open (as abf serve holds it), its newest versions
+// live in c.db-wal until the last connection closes: an output written over
+// it lost them. The output is refused whether or not the command reads the
+// catalog, and for the -shm, -journal and super-journal names too, which
+// need not exist yet.
+TEST_F(SameFileTest, AnOutputOntoTheCatalogsWalOrItsOtherFilesIsRefused) {
+  write("m1.txt", hex_lines(100, 53));
+  write("m2.txt", hex_lines(100, 54));
+  write("m3.txt", hex_lines(100, 55));
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i m1.txt").status, 0);
+  ASSERT_EQ(abf("build --from-catalog c.db -n 1000 -p 0.01 -o c.abf").status, 0);
+  sqlite3* held = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path("c.db").c_str(), &held, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  // A read transaction left open: the catalog's newest versions stay in
+  // c.db-wal, where no checkpoint can move them past it.
+  ASSERT_EQ(
+      sqlite3_exec(held, "BEGIN; SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr),
+      SQLITE_OK);
+  ASSERT_EQ(abf("catalog add --db c.db -i m2.txt").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i m3.txt").status, 0);
+  ASSERT_TRUE(fs::exists(path("c.db-wal")));
+  ASSERT_GT(fs::file_size(path("c.db-wal")), 0u);
+  // A link to the journal, which does not exist: written, it would be made.
+  fs::create_symlink("c.db-journal", path("journal.link"));
+  fs::create_hard_link(path("c.db-wal"), path("wal.hardlink"));
+  const struct {
+    std::string arguments, what;
+  } cases[] = {
+      // The catalog is none of query's inputs: the database beside says what.
+      {"query -s c.abf -i m1.txt -o c.db-wal",
+       "--output c.db-wal is the write-ahead log of the SQLite database "},
+      {"query -s c.abf -i m1.txt -o c.db-shm", "is the shared-memory index of the SQLite database"},
+      {"query -s c.abf -i m1.txt -o c.db-journal",
+       "is the rollback journal of the SQLite database"},
+      {"query -s c.abf -i m1.txt -o journal.link",
+       "is the rollback journal of the SQLite database"},
+      {"query -s c.abf -i m1.txt -o c.db-mj0A1B2C9D3", "is a super-journal of the SQLite database"},
+      {"build -n 1000 -p 0.01 -i m1.txt -o c.db-wal", "is the write-ahead log of the SQLite"},
+      {"merge c.abf -o c.db-wal", "is the write-ahead log of the SQLite"},
+      {"key generate -o c.db-journal", "is the rollback journal of the SQLite database"},
+      {"demo --items 1000 --skip-dedup -o c.db-wal", "is the write-ahead log of the SQLite"},
+      // Commands that read the catalog name it as their input.
+      {"dedup -s c.abf --db c.db -i m1.txt -o c.db-wal",
+       "--output c.db-wal is the same file as the write-ahead log of the catalog --db c.db "
+       "(c.db-wal)"},
+      {"dedup -s c.abf --db c.db -i m1.txt -o /dev/null --stats-json c.db-shm",
+       "--stats-json c.db-shm is the same file as the shared-memory index of the catalog --db "
+       "c.db"},
+      {"dedup -s c.abf --db c.db -i m1.txt -o wal.hardlink",
+       "--output wal.hardlink is the same file as the write-ahead log of the catalog --db c.db"},
+      {"build --from-catalog c.db -n 1000 -p 0.01 -o c.db-wal",
+       "is the same file as the write-ahead log of the catalog --from-catalog c.db"},
+      {"build --from-catalog c.db -n 1000 -p 0.01 -o c.db-mj0A1B2C9D3",
+       "is the same file as a super-journal of the catalog --from-catalog c.db"},
+      {"index --db c.db -o c.db-journal",
+       "is the same file as the rollback journal of the catalog --db c.db"},
+      {"index --db c.db --shards 2 -o c.db-wal", "the write-ahead log of the catalog --db c.db"},
+      // The catalog's own writes: its input may be none of its files.
+      {"catalog add --db c.db -i c.db-wal",
+       "the write-ahead log of the catalog --db c.db (c.db-wal) is the same file as --input "
+       "c.db-wal"},
+  };
+  const auto before = folder();
+  for (const auto& c : cases) expect_usage(abf(c.arguments), c.what, c.arguments);
+  EXPECT_EQ(changed_since(before), "");
+  ASSERT_EQ(sqlite3_exec(held, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_close(held), SQLITE_OK);
+  const CliRun stats = abf("catalog stats --db c.db --json");
+  ASSERT_EQ(stats.status, 0) << stats.err;
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["latest_version"], 3);
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["live_artifacts"], 300);
+  // Names that only look alike are files like any other: no database
+  // "answers" beside "answers-wal", and "c.db-mj0A1B2C9D" is one digit short.
+  for (const std::string name : {"answers-wal", "c.db-mj0A1B2C9D", "c.db-walx"}) {
+    const CliRun run = abf("query -s c.abf -i m1.txt -o " + name);
+    EXPECT_EQ(run.status, 0) << name << ": " << run.err;
+  }
+}
+
+// abf serve --follow writes each tenant's snapshot: it may be none of the
+// files the server reads.
+TEST_F(SameFileTest, ServeFollowRefusesASnapshotThatIsAnotherInput) {
+  write("m.txt", hex_lines(100, 56));
+  ASSERT_EQ(abf("catalog init --db c.db").status, 0);
+  ASSERT_EQ(abf("catalog add --db c.db -i m.txt").status, 0);
+  ASSERT_EQ(abf("build --from-catalog c.db -n 1000 -p 0.01 -o c.abf").status, 0);
+  fs::create_hard_link(path("c.abf"), path("tokens"));
+  const auto before = folder();
+  // Bounded: were the server to start, it would be stopped.
+  expect_usage(sh("timeout 60 $ABF serve -s c.abf --db c.db --follow --token-file tokens "
+                  "--listen 127.0.0.1:0"),
+               "--follow rewrites each tenant's snapshot, and --snapshot c.abf is the same file "
+               "as --token-file tokens",
+               "serve");
+  EXPECT_EQ(changed_since(before), "");
 }
 
 TEST_F(CliPolishTest, DemoNamesEveryRatioInSnakeCase) {
