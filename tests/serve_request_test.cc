@@ -110,6 +110,38 @@ TEST(ServeHeaders, ContentTypes) {
   EXPECT_EQ(parse_content_type("application/xml").error().code, "unsupported_media_type");
 }
 
+TEST(ServeHeaders, ContentEncodings) {
+  EXPECT_EQ(*parse_content_encoding(""), ContentCoding::kIdentity);
+  EXPECT_EQ(*parse_content_encoding(" Identity "), ContentCoding::kIdentity);
+  EXPECT_EQ(*parse_content_encoding("gzip"), ContentCoding::kGzip);
+  EXPECT_EQ(*parse_content_encoding("X-GZIP"), ContentCoding::kGzip);
+  EXPECT_EQ(*parse_content_encoding("deflate"), ContentCoding::kDeflate);
+  for (const char* refused : {"br", "zstd", "compress", "gzip, br", "gzip,gzip", "gzip;q=1"}) {
+    const auto coding = parse_content_encoding(refused);
+    ASSERT_FALSE(coding) << refused;
+    EXPECT_EQ(coding.error().status, 415) << refused;
+    EXPECT_EQ(coding.error().code, "unsupported_content_encoding") << refused;
+    EXPECT_NE(coding.error().message.find(refused), std::string::npos) << coding.error().message;
+  }
+}
+
+TEST(ServeHeaders, RequestIds) {
+  const std::string uuid = "3f2b8c1e-9d4a-4e7b-8a6c-1f0e2d3c4b5a";
+  EXPECT_EQ(request_id(uuid), uuid);
+  EXPECT_EQ(request_id("proxy-1:42/abc+def=@x_y.z"), "proxy-1:42/abc+def=@x_y.z");
+  EXPECT_EQ(request_id(std::string(128, 'a')), std::string(128, 'a'));
+  // Anything else gets a new one: 32 lowercase hex digits, different each time.
+  for (const std::string refused : {std::string(), std::string(129, 'a'), std::string("a b"),
+                                    std::string("a\"b"), std::string("a\r\nSet-Cookie: x"),
+                                    std::string("caf\xc3\xa9"), std::string("a,b"), std::string("{}")}) {
+    EXPECT_FALSE(sane_request_id(refused)) << refused;
+    const std::string made = request_id(refused);
+    EXPECT_EQ(made.size(), 32u) << refused;
+    EXPECT_EQ(made.find_first_not_of("0123456789abcdef"), std::string::npos) << made;
+  }
+  EXPECT_NE(request_id(""), request_id(""));
+}
+
 TEST(ServeBody, BinaryRecords) {
   const auto digests = test::member_digests(5);
   EXPECT_EQ(*parse_find_missing_body(BodyEncoding::kBinary, binary_of(digests), 5), digests);

@@ -14,7 +14,7 @@ find_program(ABF_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(NOT ABF_SYSTEM_PYTHON)
   find_program(ABF_SYSTEM_PYTHON python3)
 endif()
-foreach(name http grpc reload ops hostile head binding index rewrite limits)
+foreach(name http grpc reload ops hostile head binding index rewrite limits conventions)
   add_test(NAME serve_${name}
            COMMAND ${ABF_SYSTEM_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_${name}.py)
   set_tests_properties(serve_${name} PROPERTIES

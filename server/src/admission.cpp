@@ -77,6 +77,7 @@ void Admission::finish(const AccessLine& line, int status, const RequestNote& no
   fields["us"] = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
   if (note.answer_us >= 0) fields["answer_us"] = note.answer_us;
   fields["remote"] = line.remote;
+  if (!line.request_id.empty()) fields["request_id"] = line.request_id;
   logger.log(LogLevel::kInfo, std::move(fields));
 }
 

@@ -94,6 +94,8 @@ struct AccessLine {
   std::string_view remote;
   // The latency histogram's; none for a request that reached no handler.
   std::optional<Endpoint> endpoint;
+  // The request's ID (request.hpp's request_id), echoed in its answer.
+  std::string_view request_id;
 };
 
 class Admission {

@@ -149,6 +149,10 @@ class CasService final : public grpc::Service {
   grpc::Status FindMissingBlobs(grpc::ServerContext* context, const grpc::ByteBuffer* request,
                                 grpc::ByteBuffer* response) {
     const auto start = Clock::now();
+    // The caller's x-request-id when sane, else a new one: in the answer's
+    // initial metadata and the access line.
+    const std::string id = request_id(metadata(*context, "x-request-id"));
+    context->AddInitialMetadata("x-request-id", id);
     RequestNote note;
     FindMissingBlobsRequest parsed(*request, core_.config().max_digests);
     auto outcome = admission_.find_missing(metadata(*context, "authorization"), parsed, note);
@@ -172,7 +176,8 @@ class CasService final : public grpc::Service {
                                  .method = "FindMissingBlobs",
                                  .path = std::nullopt,
                                  .remote = remote,
-                                 .endpoint = Endpoint::kGrpcFindMissingBlobs},
+                                 .endpoint = Endpoint::kGrpcFindMissingBlobs,
+                                 .request_id = id},
                       outcome ? 200 : outcome.error().status, note, Clock::now() - start);
     return status;
   }

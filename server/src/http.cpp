@@ -52,7 +52,11 @@ constexpr std::size_t kHeaderSlack = 8192 + 16384;
 class Engine final : public httplib::Server {
  public:
   bool serve(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
-    return process_request(stream, close_connection, connection_closed, [](httplib::Request&) {});
+    // Ranges are not served (no answer is a byte range of a resource):
+    // a Range header is ignored, as RFC 9110 14.2 allows, so httplib never
+    // cuts an answer into a 206.
+    return process_request(stream, close_connection, connection_closed,
+                           [](httplib::Request& req) { req.ranges.clear(); });
   }
 };
 
@@ -120,7 +124,8 @@ struct HttpFront::Impl {
           error_json(RequestError{503, "too_many_connections", std::string(why)});
       const std::string text =
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-          "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+          "Retry-After: 1\r\nConnection: close\r\nX-Request-Id: " + request_id("") +
+          "\r\nContent-Length: " +
           std::to_string(body.size()) + "\r\n\r\n" + body;
       [[maybe_unused]] const ssize_t sent =
           ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -134,12 +139,14 @@ struct HttpFront::Impl {
   // like the others, and the connection closes.
   void answer_unread(Connection& connection, int status, std::string code, std::string message) {
     const std::string body = error_json(RequestError{status, code, std::move(message)});
+    // A head that was not read gives no client ID to echo: a new one.
+    const std::string id = request_id("");
     const std::string text = "HTTP/1.1 " + std::to_string(status) +
                              (status == 400   ? " Bad Request"
                               : status == 408 ? " Request Timeout"
                                               : " Request Header Fields Too Large") +
                              "\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             "Content-Length: " +
+                             "X-Request-Id: " + id + "\r\nContent-Length: " +
                              std::to_string(body.size()) + "\r\n\r\n" + body;
     connection.write_all(text);
     core.count_request("http", "", status, 0, 0);
@@ -151,7 +158,8 @@ struct HttpFront::Impl {
                                         {"front", "http"},
                                         {"status", status},
                                         {"error", code},
-                                        {"remote", ip}});
+                                        {"remote", ip},
+                                        {"request_id", id}});
   }
 
   // Serves one connection until it closes, idles out, breaks a limit or

@@ -23,6 +23,7 @@ struct Access {
   std::string route;  // the path with a blob digest replaced (digests are not logged)
   Clock::time_point start{};
   Endpoint endpoint = Endpoint::kHttpOther;  // the latency histogram's
+  std::string request_id;  // X-Request-Id: the client's when sane, else made here
 };
 thread_local Access t_access;
 
@@ -102,6 +103,7 @@ struct HttpRoutes::Impl {
     t_access = Access{};
     t_access.set = true;
     t_access.start = Clock::now();
+    t_access.request_id = request_id(req.get_header_value("X-Request-Id"));
     t_access.route = req.path;
     auto route = parse_route(req.method, req.path);
     if (route && route->kind == RouteKind::kBlob) {
@@ -324,7 +326,8 @@ struct HttpRoutes::Impl {
                    .method = req.method,
                    .path = access.set ? std::string_view(access.route) : std::string_view("-"),
                    .remote = req.remote_addr,
-                   .endpoint = access.set ? std::optional(access.endpoint) : std::nullopt},
+                   .endpoint = access.set ? std::optional(access.endpoint) : std::nullopt,
+                   .request_id = access.request_id},
         res.status, access.note, elapsed);
   }
 };
@@ -385,6 +388,36 @@ void HttpRoutes::install(httplib::Server& server) {
                         "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));
+  // The connection headers say what this server does, not httplib's
+  // defaults: httplib writes "Keep-Alive: timeout=5, max=5" (its own
+  // loop's limits, which this front does not use: a connection stays open
+  // for idle_timeout_seconds between requests, with no request count) even
+  // beside "Connection: close", and "Accept-Ranges: bytes" on every HEAD,
+  // though no range is served. A connection that stays open says
+  // "Keep-Alive: timeout=<idle_timeout_seconds>"; one that closes says
+  // "Connection: close" and nothing else about it.
+  const unsigned idle_seconds = impl->core.config().idle_timeout_seconds;
+  server.set_post_routing_handler([idle_seconds](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    res.headers.erase("Keep-Alive");
+    res.headers.erase("Accept-Ranges");
+    // Every answer names its request, those httplib made itself too (the
+    // access line, written after this, carries the same ID).
+    if (t_access.request_id.empty()) {
+      t_access.request_id = request_id(req.get_header_value("X-Request-Id"));
+    }
+    res.set_header("X-Request-Id", t_access.request_id);
+    // httplib ends an HTTP/1.0 exchange unless it asked "Connection:
+    // Keep-Alive" (its exact test), without saying so.
+    const bool http10 = req.version == "HTTP/1.0";
+    const bool http10_keep = http10 && req.get_header_value("Connection") == "Keep-Alive";
+    if (http10 && !http10_keep && !res.has_header("Connection")) {
+      res.set_header("Connection", "close");
+    }
+    if (res.get_header_value("Connection") == "close") return;
+    if (http10_keep && !res.has_header("Connection")) res.set_header("Connection", "keep-alive");
+    res.set_header("Keep-Alive", "timeout=" + std::to_string(idle_seconds));
+  });
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
         res.status = 500;

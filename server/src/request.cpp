@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstring>
 #include <optional>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -349,6 +350,43 @@ RequestResult<BodyEncoding> parse_content_type(std::string_view content_type) {
       (name.empty() ? std::string("no Content-Type") : "Content-Type " + std::string(trim(type))) +
           ": send application/octet-stream (32-byte records), text/plain (one digest "
           "per line) or application/json ({\"digests\": [\"sha256:<hex>\", ...]})");
+}
+
+bool sane_request_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '.' || c == ':' || c == '+' || c == '/' || c == '=' ||
+           c == '@';
+  });
+}
+
+std::string request_id(std::string_view client_id) {
+  if (sane_request_id(client_id)) return std::string(client_id);
+  // Per thread, seeded once from the OS: IDs only need to be unique, not
+  // secret (128 bits of a 64-bit generator's two outputs).
+  thread_local std::mt19937_64 generator{[] {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    std::uint64_t bits = generator();
+    for (int i = 0; i < 16; ++i, bits >>= 4) id[static_cast<std::size_t>(half * 16 + i)] = kHex[bits & 15];
+  }
+  return id;
+}
+
+RequestResult<ContentCoding> parse_content_encoding(std::string_view value) {
+  const std::string name = lower(trim(value));
+  if (name.empty() || name == "identity") return ContentCoding::kIdentity;
+  if (name == "gzip" || name == "x-gzip") return ContentCoding::kGzip;
+  if (name == "deflate") return ContentCoding::kDeflate;
+  return refuse(415, "unsupported_content_encoding",
+                "Content-Encoding " + std::string(trim(value)) +
+                    ": this server inflates gzip and deflate request bodies only (or none, "
+                    "identity); send the body uncompressed or gzip-compressed");
 }
 
 std::string_view content_type_of(BodyEncoding encoding) noexcept {

@@ -257,6 +257,10 @@ Result<void> Core::reload_tenant(Tenant& tenant, std::string_view trigger, Tenan
   auto published = tenant.publisher->publish(std::move(*filter), tenant.config.snapshot.string());
   if (!published) return refuse_load(published.error());
   tenant.reloads_ok.fetch_add(1, std::memory_order_relaxed);
+  tenant.last_reload_ok_ms.store(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count(),
+                                 std::memory_order_relaxed);
   report.ok = true;
   report.catalog_version = (*published)->catalog_version();
   logger_->log(LogLevel::kInfo, {{"event", "snapshot_published"},

@@ -57,6 +57,8 @@ struct Tenant {
   std::atomic<std::uint64_t> reloads_failed{0};
   std::atomic<std::uint64_t> index_reloads_ok{0};
   std::atomic<std::uint64_t> index_reloads_failed{0};
+  // Unix time in ms of the last snapshot published (0: none yet).
+  std::atomic<std::int64_t> last_reload_ok_ms{0};
   // Digests answered missing (exactly), counted after `metrics` counted
   // their filter answers: what the metrics release waits for.
   std::atomic<std::uint64_t> missing_answered{0};

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "abf/backend.hpp"
+#include "abf/version.hpp"
 #include "server_core.hpp"
 
 namespace abf::server {
@@ -102,6 +104,14 @@ std::string Core::prometheus() const {
     out += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " +
            std::string(name) + " " + std::string(type) + "\n";
   };
+  // Which build serves (Prometheus' *_build_info convention: always 1, the
+  // facts in its labels), under the one prefix of every series here.
+  family("artifact_bloom_build_info", "gauge",
+         "Always 1: the abf version serving, the SIMD target its engine runs on here and "
+         "whether the CUDA backend was compiled in.");
+  out += "artifact_bloom_build_info{version=\"" + label_value(kVersion) + "\",simd_target=\"" +
+         label_value(simd_target_name()) + "\",cuda=\"" + (cuda_compiled() ? "true" : "false") +
+         "\"} 1\n";
   family("artifact_bloom_serve_snapshot_ready", "gauge",
          "1 when the tenant serves a verified snapshot, else 0.");
   for (const auto& tenant : tenants_) {
@@ -153,6 +163,17 @@ std::string Core::prometheus() const {
            std::to_string(tenant->reloads_ok.load()) + "\n";
     out += "artifact_bloom_serve_reloads_total{" + label + ",result=\"failed\"} " +
            std::to_string(tenant->reloads_failed.load()) + "\n";
+  }
+  family("artifact_bloom_serve_last_reload_success_timestamp_seconds", "gauge",
+         "Unix time of the tenant's last snapshot load that was verified and published (start, "
+         "SIGHUP, POST /admin/reload, --follow).");
+  for (const auto& tenant : tenants_) {
+    const std::int64_t ms = tenant->last_reload_ok_ms.load(std::memory_order_relaxed);
+    if (ms == 0) continue;
+    out += "artifact_bloom_serve_last_reload_success_timestamp_seconds{tenant=\"" +
+           label_value(tenant->config.name) + "\"} " + std::to_string(ms / 1000) + "." +
+           std::string(ms % 1000 < 100 ? (ms % 1000 < 10 ? "00" : "0") : "") +
+           std::to_string(ms % 1000) + "\n";
   }
   // The exact index in front of each catalog, where one is configured.
   std::vector<std::pair<const Tenant*, std::shared_ptr<const service::IndexedRepository>>> indexes;

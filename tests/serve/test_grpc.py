@@ -182,6 +182,34 @@ class FindMissingBlobs(unittest.TestCase):
         response, _ = self.call(self.request([NEW[1]]))
         self.assertEqual(len(response.missing_blob_digests), 1)
 
+    def test_a_request_id_comes_back_in_the_initial_metadata_and_the_access_line(self):
+        metadata = [("authorization", "Bearer " + self.tokens["a"])]
+        _, call = self.stub.FindMissingBlobs.with_call(
+            self.request([NEW[3]]), metadata=metadata + [("x-request-id", "bazel-77:abc")],
+            timeout=30)
+        self.assertEqual(dict(call.initial_metadata()).get("x-request-id"), "bazel-77:abc")
+        made = []
+        for sent in ([], [("x-request-id", "not sane!")]):
+            _, call = self.stub.FindMissingBlobs.with_call(self.request([NEW[4]]),
+                                                           metadata=metadata + sent, timeout=30)
+            made.append(dict(call.initial_metadata()).get("x-request-id"))
+        for value in made:
+            self.assertEqual(len(value), 32, made)
+            self.assertLessEqual(set(value), set("0123456789abcdef"), made)
+        self.assertNotEqual(made[0], made[1])
+        # Refused calls carry one too.
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.stub.FindMissingBlobs(self.request([NEW[5]]), timeout=30,
+                                       metadata=[("x-request-id", "refused-1")])
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(dict(raised.exception.initial_metadata()).get("x-request-id"),
+                         "refused-1")
+        for value in ["bazel-77:abc", "refused-1"] + made:
+            self.server.wait_for_log(
+                lambda line, value=value: line.get("front") == "grpc" and
+                line.get("request_id") == value,
+                what="the gRPC access line with request_id " + value)
+
     def test_grpc_requests_are_counted_and_logged(self):
         self.call(self.request([NEW[2]]))
         import requests

@@ -91,6 +91,15 @@ RequestResult<Digest> parse_blob_digest(std::string_view text);
 // token.
 RequestResult<std::optional<std::string>> parse_bearer(std::string_view value);
 
+// The ID of one request (the X-Request-Id header, gRPC's x-request-id
+// metadata): the client's own when it is sane, 1 to 128 characters of
+// A-Z a-z 0-9 and - _ . : + / = @ (a UUID, a hex or base64 token, a
+// proxy's "host:counter"), else a new one, 32 random hex digits. It is
+// echoed in the answer and written in the access line, so nothing that
+// could break a log line or a header is ever taken from the client.
+bool sane_request_id(std::string_view id) noexcept;
+std::string request_id(std::string_view client_id);
+
 // The body encodings of find-missing, chosen by Content-Type.
 enum class BodyEncoding {
   kBinary,  // application/octet-stream: consecutive 32-byte records
@@ -105,6 +114,14 @@ RequestResult<BodyEncoding> parse_content_type(std::string_view content_type);
 
 // The Content-Type to answer with, e.g. "application/octet-stream".
 std::string_view content_type_of(BodyEncoding encoding) noexcept;
+
+// A request body's Content-Encoding (RFC 9110 8.4): none (absent or
+// "identity"), or gzip ("gzip", "x-gzip") and deflate (zlib format), which
+// the server inflates. Case-insensitive, spaces around it ignored. 415
+// "unsupported_content_encoding" for any other coding (br, zstd, compress)
+// and for more than one ("gzip, gzip"), naming it and the ones accepted.
+enum class ContentCoding { kIdentity, kGzip, kDeflate };
+RequestResult<ContentCoding> parse_content_encoding(std::string_view value);
 
 // ---------------------------------------------------------------------------
 // Bodies.
