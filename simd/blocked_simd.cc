@@ -139,18 +139,21 @@ inline bool LinePrefetches(std::uint64_t block_count) {
   return block_count * 64 >= simd::detail::kPrefetchMinBytes;
 }
 
-template <class Hash>
-HWY_NOINLINE void LineQueryBlocks(const Hash& hash, std::uint64_t block_count,
-                                  const std::uint64_t* words, const Digest* digests,
-                                  std::size_t count, Answer* answers) {
+// The batch pipeline of a vector hash (protocol 4): the blocks and q of
+// group g + 1 are computed and their lines prefetched (`prefetch`, for
+// reading or writing) before group g is visited, `visit(i, line, q)` for
+// each of its digests: LineQueryBlocks tests, LineInsertBlocks sets.
+template <class Hash, class Prefetch, class Visit>
+HWY_INLINE void LineGroups(const Hash& hash, std::uint64_t block_count, const Digest* digests,
+                           std::size_t count, const Prefetch& prefetch, const Visit& visit) {
   HWY_ALIGN std::uint64_t line[2][kLineGroup];
   HWY_ALIGN std::uint64_t q[2][kLineGroup];
-  const bool prefetch = LinePrefetches(block_count);
+  const bool prefetches = LinePrefetches(block_count);
   const auto start = [&](std::size_t begin, std::size_t buffer) ABF_INLINE_LAMBDA {
     const std::size_t n = std::min(kLineGroup, count - begin);
     HashGroup(hash, block_count, digests + begin, n, line[buffer], q[buffer]);
-    if (prefetch) {
-      for (std::size_t i = 0; i < n; ++i) hwy::Prefetch(words + line[buffer][i]);
+    if (prefetches) {
+      for (std::size_t i = 0; i < n; ++i) prefetch(line[buffer][i]);
     }
   };
   if (count == 0) return;
@@ -159,35 +162,32 @@ HWY_NOINLINE void LineQueryBlocks(const Hash& hash, std::uint64_t block_count,
   for (std::size_t begin = 0; begin < count; begin += kLineGroup, buffer ^= 1) {
     const std::size_t n = std::min(kLineGroup, count - begin);
     if (begin + n < count) start(begin + n, buffer ^ 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      answers[begin + i] = LineHas(words + line[buffer][i], q[buffer][i]) ? Answer::kMaybe
-                                                                          : Answer::kDefinitelyNot;
-    }
+    for (std::size_t i = 0; i < n; ++i) visit(begin + i, line[buffer][i], q[buffer][i]);
   }
+}
+
+template <class Hash>
+HWY_NOINLINE void LineQueryBlocks(const Hash& hash, std::uint64_t block_count,
+                                  const std::uint64_t* words, const Digest* digests,
+                                  std::size_t count, Answer* answers) {
+  LineGroups(
+      hash, block_count, digests, count,
+      [&](std::uint64_t line) ABF_INLINE_LAMBDA { hwy::Prefetch(words + line); },
+      [&](std::size_t i, std::uint64_t line, std::uint64_t q) ABF_INLINE_LAMBDA {
+        answers[i] = LineHas(words + line, q) ? Answer::kMaybe : Answer::kDefinitelyNot;
+      });
 }
 
 template <class Hash>
 HWY_NOINLINE void LineInsertBlocks(const Hash& hash, std::uint64_t block_count,
                                    std::uint64_t* words, const Digest* digests,
                                    std::size_t count) {
-  HWY_ALIGN std::uint64_t line[2][kLineGroup];
-  HWY_ALIGN std::uint64_t q[2][kLineGroup];
-  const bool prefetch = LinePrefetches(block_count);
-  const auto start = [&](std::size_t begin, std::size_t buffer) ABF_INLINE_LAMBDA {
-    const std::size_t n = std::min(kLineGroup, count - begin);
-    HashGroup(hash, block_count, digests + begin, n, line[buffer], q[buffer]);
-    if (prefetch) {
-      for (std::size_t i = 0; i < n; ++i) detail::prefetch_for_write(words + line[buffer][i]);
-    }
-  };
-  if (count == 0) return;
-  start(0, 0);
-  std::size_t buffer = 0;
-  for (std::size_t begin = 0; begin < count; begin += kLineGroup, buffer ^= 1) {
-    const std::size_t n = std::min(kLineGroup, count - begin);
-    if (begin + n < count) start(begin + n, buffer ^ 1);
-    for (std::size_t i = 0; i < n; ++i) LineSet(words + line[buffer][i], q[buffer][i]);
-  }
+  LineGroups(
+      hash, block_count, digests, count,
+      [&](std::uint64_t line) ABF_INLINE_LAMBDA { detail::prefetch_for_write(words + line); },
+      [&](std::size_t, std::uint64_t line, std::uint64_t q) ABF_INLINE_LAMBDA {
+        LineSet(words + line, q);
+      });
 }
 
 // Protocol 3's step 1 costs two loads and a multiply (movbe, mulx): cheaper
@@ -215,41 +215,43 @@ inline std::size_t LineDistance(std::uint64_t block_count) {
   return block_count * 64 > (std::uint64_t{32} << 20) ? 32 : 16;
 }
 
-HWY_NOINLINE void LineQuery3(std::uint64_t block_count, const std::uint64_t* HWY_RESTRICT words,
-                             const Digest* HWY_RESTRICT digests, std::size_t count,
-                             Answer* HWY_RESTRICT answers) {
+// Protocol 3's pipeline: digest i + distance's line prefetched
+// (`prefetch`) before digest i is visited, `visit(i, line)`.
+template <class Prefetch, class Visit>
+HWY_INLINE void LineStream3(std::uint64_t block_count, const Digest* HWY_RESTRICT digests,
+                            std::size_t count, const Prefetch& prefetch, const Visit& visit) {
   std::size_t i = 0;
   if (LinePrefetches(block_count)) {
     const std::size_t distance = LineDistance(block_count);
     const std::size_t ahead = count > distance ? count - distance : 0;
-    for (; i < std::min(distance, count); ++i) hwy::Prefetch(words + Line3(digests[i], block_count));
+    for (; i < std::min(distance, count); ++i) prefetch(Line3(digests[i], block_count));
     for (i = 0; i < ahead; ++i) {
-      hwy::Prefetch(words + Line3(digests[i + distance], block_count));
-      answers[i] = LineHas(words + Line3(digests[i], block_count), Q3(digests[i])) ? Answer::kMaybe
-                                                                                 : Answer::kDefinitelyNot;
+      prefetch(Line3(digests[i + distance], block_count));
+      visit(i, Line3(digests[i], block_count));
     }
   }
-  for (; i < count; ++i) {
-    answers[i] = LineHas(words + Line3(digests[i], block_count), Q3(digests[i])) ? Answer::kMaybe
-                                                                               : Answer::kDefinitelyNot;
-  }
+  for (; i < count; ++i) visit(i, Line3(digests[i], block_count));
+}
+
+HWY_NOINLINE void LineQuery3(std::uint64_t block_count, const std::uint64_t* HWY_RESTRICT words,
+                             const Digest* HWY_RESTRICT digests, std::size_t count,
+                             Answer* HWY_RESTRICT answers) {
+  LineStream3(
+      block_count, digests, count,
+      [&](std::uint64_t line) ABF_INLINE_LAMBDA { hwy::Prefetch(words + line); },
+      [&](std::size_t i, std::uint64_t line) ABF_INLINE_LAMBDA {
+        answers[i] = LineHas(words + line, Q3(digests[i])) ? Answer::kMaybe : Answer::kDefinitelyNot;
+      });
 }
 
 HWY_NOINLINE void LineInsert3(std::uint64_t block_count, std::uint64_t* HWY_RESTRICT words,
                               const Digest* HWY_RESTRICT digests, std::size_t count) {
-  std::size_t i = 0;
-  if (LinePrefetches(block_count)) {
-    const std::size_t distance = LineDistance(block_count);
-    const std::size_t ahead = count > distance ? count - distance : 0;
-    for (; i < std::min(distance, count); ++i) {
-      detail::prefetch_for_write(words + Line3(digests[i], block_count));
-    }
-    for (i = 0; i < ahead; ++i) {
-      detail::prefetch_for_write(words + Line3(digests[i + distance], block_count));
-      LineSet(words + Line3(digests[i], block_count), Q3(digests[i]));
-    }
-  }
-  for (; i < count; ++i) LineSet(words + Line3(digests[i], block_count), Q3(digests[i]));
+  LineStream3(
+      block_count, digests, count,
+      [&](std::uint64_t line) ABF_INLINE_LAMBDA { detail::prefetch_for_write(words + line); },
+      [&](std::size_t i, std::uint64_t line) ABF_INLINE_LAMBDA {
+        LineSet(words + line, Q3(digests[i]));
+      });
 }
 
 // The protocol's one branch, once per batch; each loop is a function of
