@@ -16,6 +16,7 @@
 #include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -134,6 +135,63 @@ HWY_INLINE void LineSet(std::uint64_t* HWY_RESTRICT block, std::uint64_t q) {
   }
 }
 
+// The same two from the eight position bytes themselves (pos[j] = q[j]: a
+// digest's bytes 8..16, or the little-endian bytes of protocol 4's q). The
+// x86 targets zero-extend the bytes into the lanes (vpmovzxbq, which
+// Highway 1.0.3 has no op for) instead of broadcasting q and shifting each
+// lane right: AVX-512 then rotates a one left by each byte (vprolvq counts
+// mod 64, so no mask) and tests the block with one vptestmq (a word holds
+// one probe bit, so it has it iff word & mask != 0): 5 instructions a
+// query, 9 before.
+static_assert(std::endian::native == std::endian::little,
+              "protocol 4's q words are read as their little-endian position bytes");
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+HWY_INLINE __m512i LineMask512(const std::uint8_t* pos) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pos));
+  return _mm512_rolv_epi64(_mm512_set1_epi64(1), _mm512_cvtepu8_epi64(bytes));
+}
+HWY_INLINE bool LineHas(const std::uint64_t* HWY_RESTRICT block, const std::uint8_t* pos) {
+  const __mmask8 has = _mm512_test_epi64_mask(_mm512_loadu_si512(block), LineMask512(pos));
+  return _kortestc_mask8_u8(has, has) != 0;  // all eight: kortestb's carry
+}
+HWY_INLINE void LineSet(std::uint64_t* HWY_RESTRICT block, const std::uint8_t* pos) {
+  _mm512_storeu_si512(block, _mm512_or_si512(_mm512_loadu_si512(block), LineMask512(pos)));
+}
+#elif HWY_TARGET == HWY_AVX2
+// Words 4 h .. 4 h + 3's masks from bytes pos[0..4).
+HWY_INLINE __m256i LineMask256(const std::uint8_t* pos) {
+  std::int32_t four;
+  std::memcpy(&four, pos, sizeof four);
+  const __m256i bits =
+      _mm256_and_si256(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four)), _mm256_set1_epi64x(63));
+  return _mm256_sllv_epi64(_mm256_set1_epi64x(1), bits);
+}
+HWY_INLINE bool LineHas(const std::uint64_t* HWY_RESTRICT block, const std::uint8_t* pos) {
+  const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block));
+  const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 4));
+  const __m256i missing = _mm256_or_si256(_mm256_andnot_si256(low, LineMask256(pos)),
+                                          _mm256_andnot_si256(high, LineMask256(pos + 4)));
+  return _mm256_testz_si256(missing, missing) != 0;
+}
+HWY_INLINE void LineSet(std::uint64_t* HWY_RESTRICT block, const std::uint8_t* pos) {
+  auto* low = reinterpret_cast<__m256i*>(block);
+  _mm256_storeu_si256(low, _mm256_or_si256(_mm256_loadu_si256(low), LineMask256(pos)));
+  _mm256_storeu_si256(low + 1, _mm256_or_si256(_mm256_loadu_si256(low + 1), LineMask256(pos + 4)));
+}
+#else
+HWY_INLINE bool LineHas(const std::uint64_t* HWY_RESTRICT block, const std::uint8_t* pos) {
+  return LineHas(block, probe::load_le64(pos));
+}
+HWY_INLINE void LineSet(std::uint64_t* HWY_RESTRICT block, const std::uint8_t* pos) {
+  LineSet(block, probe::load_le64(pos));
+}
+#endif
+
+// The position bytes of protocol 4's q (a word of LineGroups' buffer).
+HWY_INLINE const std::uint8_t* PositionBytes(const std::uint64_t* q) {
+  return reinterpret_cast<const std::uint8_t*>(q);
+}
+
 // Filters below this many bytes sit in L2: prefetching costs instructions only.
 inline bool LinePrefetches(std::uint64_t block_count) {
   return block_count * 64 >= simd::detail::kPrefetchMinBytes;
@@ -141,7 +199,7 @@ inline bool LinePrefetches(std::uint64_t block_count) {
 
 // The batch pipeline of a vector hash (protocol 4): the blocks and q of
 // group g + 1 are computed and their lines prefetched (`prefetch`, for
-// reading or writing) before group g is visited, `visit(i, line, q)` for
+// reading or writing) before group g is visited, `visit(i, line, &q)` for
 // each of its digests: LineQueryBlocks tests, LineInsertBlocks sets.
 template <class Hash, class Prefetch, class Visit>
 HWY_INLINE void LineGroups(const Hash& hash, std::uint64_t block_count, const Digest* digests,
@@ -162,7 +220,7 @@ HWY_INLINE void LineGroups(const Hash& hash, std::uint64_t block_count, const Di
   for (std::size_t begin = 0; begin < count; begin += kLineGroup, buffer ^= 1) {
     const std::size_t n = std::min(kLineGroup, count - begin);
     if (begin + n < count) start(begin + n, buffer ^ 1);
-    for (std::size_t i = 0; i < n; ++i) visit(begin + i, line[buffer][i], q[buffer][i]);
+    for (std::size_t i = 0; i < n; ++i) visit(begin + i, line[buffer][i], q[buffer] + i);
   }
 }
 
@@ -173,8 +231,9 @@ HWY_NOINLINE void LineQueryBlocks(const Hash& hash, std::uint64_t block_count,
   LineGroups(
       hash, block_count, digests, count,
       [&](std::uint64_t line) ABF_INLINE_LAMBDA { hwy::Prefetch(words + line); },
-      [&](std::size_t i, std::uint64_t line, std::uint64_t q) ABF_INLINE_LAMBDA {
-        answers[i] = LineHas(words + line, q) ? Answer::kMaybe : Answer::kDefinitelyNot;
+      [&](std::size_t i, std::uint64_t line, const std::uint64_t* q) ABF_INLINE_LAMBDA {
+        answers[i] =
+            LineHas(words + line, PositionBytes(q)) ? Answer::kMaybe : Answer::kDefinitelyNot;
       });
 }
 
@@ -185,8 +244,8 @@ HWY_NOINLINE void LineInsertBlocks(const Hash& hash, std::uint64_t block_count,
   LineGroups(
       hash, block_count, digests, count,
       [&](std::uint64_t line) ABF_INLINE_LAMBDA { detail::prefetch_for_write(words + line); },
-      [&](std::size_t, std::uint64_t line, std::uint64_t q) ABF_INLINE_LAMBDA {
-        LineSet(words + line, q);
+      [&](std::size_t, std::uint64_t line, const std::uint64_t* q) ABF_INLINE_LAMBDA {
+        LineSet(words + line, PositionBytes(q));
       });
 }
 
@@ -205,7 +264,8 @@ HWY_INLINE std::uint64_t Line3(const Digest& digest, std::uint64_t block_count) 
   return static_cast<std::uint64_t>((static_cast<U128>(h) * block_count) >> 64) *
          blocked::kWordsPerBlock;
 }
-HWY_INLINE std::uint64_t Q3(const Digest& digest) { return Load64(digest.bytes.data() + 8); }
+// Protocol 3's position bytes: the digest's bytes 8..16.
+HWY_INLINE const std::uint8_t* Q3(const Digest& digest) { return digest.bytes.data() + 8; }
 
 // How many digests ahead of the one tested a protocol-3 loop prefetches:
 // enough lines in flight to cover the LLC's latency, twice that for DRAM.
@@ -240,7 +300,8 @@ HWY_NOINLINE void LineQuery3(std::uint64_t block_count, const std::uint64_t* HWY
       block_count, digests, count,
       [&](std::uint64_t line) ABF_INLINE_LAMBDA { hwy::Prefetch(words + line); },
       [&](std::size_t i, std::uint64_t line) ABF_INLINE_LAMBDA {
-        answers[i] = LineHas(words + line, Q3(digests[i])) ? Answer::kMaybe : Answer::kDefinitelyNot;
+        answers[i] =
+            LineHas(words + line, Q3(digests[i])) ? Answer::kMaybe : Answer::kDefinitelyNot;
       });
 }
 
