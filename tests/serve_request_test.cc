@@ -491,8 +491,12 @@ TEST(ServeTokens, FileReadableByOthersIsRefused) {
   ::chmod(path.c_str(), 0640);
   const auto refused = read_token_file(path);
   ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidKey);
-  EXPECT_NE(refused.error().message.find("mode 640"), std::string::npos);
+  // Its own error, not a key file's (it said invalid_key before issue 37).
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("tokens: the token file may be read or written by its "
+                                         "group or others (mode 640); chmod 600 it"),
+            std::string::npos)
+      << refused.error().message;
   EXPECT_EQ(read_token_file(dir.path() / "none").error().code, ErrorCode::kIo);
 }
 

@@ -424,13 +424,13 @@ Result<void> check_private_file(const std::filesystem::path& path, std::string_v
                 where + ": cannot stat the " + std::string(what) + ": " + std::strerror(errno));
   }
   if (!S_ISREG(info.st_mode)) {
-    return fail(ErrorCode::kInvalidKey,
+    return fail(ErrorCode::kInvalidArgument,
                 where + ": a " + std::string(what) + " must be a regular file");
   }
   if ((info.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(info.st_mode & 0777));
-    return fail(ErrorCode::kInvalidKey, where + ": the " + std::string(what) +
+    return fail(ErrorCode::kInvalidArgument, where + ": the " + std::string(what) +
                                             " may be read or written by its group or others "
                                             "(mode " +
                                             mode + "); chmod 600 it");

@@ -83,7 +83,23 @@ Result<std::unique_ptr<Core>> Core::create(const ServerConfig& config,
   }
   core->released_.resize(core->tenants_.size());
   core->last_release_ = std::chrono::steady_clock::now();
-  core->reload("start", /*indexes=*/false);
+  // One rule for every file a tenant serves from (issue 37): a snapshot or
+  // filter set that does not load, verify or bind to its catalog stops the
+  // server here, before it listens, as an index does above. Serving the
+  // tenant unready instead (503 no_snapshot) hid the mistake from a
+  // supervisor that restarts on failure.
+  for (const auto& tenant : core->tenants_) {
+    TenantReload report;
+    report.tenant = tenant->config.name;
+    if (auto loaded = core->reload_tenant(*tenant, "start", report); !loaded) {
+      const std::string path = tenant->config.snapshot.string();
+      const std::string& message = loaded.error().message;
+      return fail(loaded.error().code,
+                  "tenant " + tenant->config.name + ": " +
+                      (message.find(path) == std::string::npos ? "snapshot " + path + ": " : "") +
+                      message);
+    }
+  }
   if (config.head.follow) {
     for (const auto& tenant : core->tenants_) {
       service::CatalogOpenOptions open_options;
@@ -293,6 +309,24 @@ Result<void> Core::reload_index(Tenant& tenant, std::string_view trigger) {
   }
   const std::uint64_t version = index->catalog_version();
   const std::uint64_t count = index->size();
+  // The same index again (a reload that re-read an unchanged file): the
+  // serving one stays, and nothing is announced. Its fingerprint was just
+  // checked against its digests, so equal fingerprints mean equal contents.
+  if (const auto serving = tenant.store->indexed(); serving != nullptr) {
+    const IndexSet& old = serving->index();
+    if (old.catalog_id() == index->catalog_id() && old.catalog_version() == version &&
+        old.size() == count && old.shard_count() == index->shard_count() &&
+        old.content_fingerprint() == index->content_fingerprint()) {
+      tenant.index_reloads_ok.fetch_add(1, std::memory_order_relaxed);
+      logger_->log(LogLevel::kDebug, {{"event", "index_unchanged"},
+                                      {"trigger", trigger},
+                                      {"tenant", tenant.config.name},
+                                      {"index", path},
+                                      {"catalog_version", version},
+                                      {"digests", count}});
+      return {};
+    }
+  }
   tenant.store->set_index(std::move(*index));
   tenant.index_reloads_ok.fetch_add(1, std::memory_order_relaxed);
   logger_->log(LogLevel::kInfo, {{"event", "index_published"},

@@ -378,5 +378,178 @@ class MetricsAndLogs(unittest.TestCase):
         self.assertGreater(value["head_lookup"], 0, value)
         self.assertGreaterEqual(value["maybe"], 100)
 
+
+def shard_files(manifest):
+    directory, name = os.path.split(manifest)
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.startswith(name + ".") and f != name)
+
+
+class StartupRule(unittest.TestCase):
+    """One rule for every file a tenant serves from: a snapshot, filter set,
+    index or index set that cannot be used stops the server before it
+    listens (exit 1, no ready line), naming the tenant and the file. Before
+    issue 37 a bad snapshot left it serving 503s while a bad index stopped
+    it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="abf-serve-startup-")
+        cls.catalog = support.Catalog(cls.dir)
+        cls.catalog.add(MEMBERS)
+        cls.catalog.build()
+        cls.other = support.Catalog(cls.dir, "other")
+        cls.other.add(NEW[:100])
+        cls.other.build()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def assert_refused(self, args, *fragments):
+        server = support.Server(*args, expect_failure=True)
+        stdout = server.process.stdout.read()
+        server.process.stdout.close()
+        log = server.log_text()
+        server.log.close()
+        self.assertEqual(server.returncode, 1, log)
+        self.assertEqual(stdout, b"", "a ready line was printed: %r" % stdout)
+        self.assertNotIn('"event":"listening"', log)
+        self.assertIn("tenant default", log)
+        for fragment in fragments:
+            self.assertIn(fragment, log)
+        return log
+
+    def garbage(self, name):
+        path = self.path(name)
+        with open(path, "wb") as out:
+            out.write(b"ABF1" + b"\0" * 200)
+        return path
+
+    def test_every_unusable_snapshot_or_set_exits_1_before_listening(self):
+        db = self.catalog.db
+        missing = self.path("missing.abf")
+        self.assert_refused(["--snapshot", missing, "--db", db], missing)
+        damaged = self.garbage("damaged.abf")
+        self.assert_refused(["--snapshot", damaged, "--db", db], damaged)
+        # Another catalog's snapshot: not what this catalog holds.
+        self.assert_refused(["--snapshot", self.other.snapshot, "--db", db],
+                            "catalog_mismatch", self.other.snapshot)
+        # A keyed snapshot without its key.
+        key = self.path("tenant.key")
+        support.run_abf("key", "generate", "--output", key)
+        keyed = support.Catalog(self.dir, "keyed", key_file=key)
+        keyed.add(MEMBERS[:50])
+        keyed.build()
+        self.assert_refused(["--snapshot", keyed.snapshot, "--db", keyed.db], "key_required")
+        # A filter set with a shard gone.
+        manifest = self.path("set.abfs")
+        support.run_abf("build", "--from-catalog", db, "--expected-items", 20000, "--fpp", 0.01,
+                        "--shards", 3, "--output", manifest)
+        shards = shard_files(manifest)
+        self.assertEqual(len(shards), 3, shards)
+        os.unlink(shards[1])
+        self.assert_refused(["--snapshot", manifest, "--db", db], manifest)
+
+    def test_every_unusable_index_or_index_set_exits_1_before_listening(self):
+        db = self.catalog.db
+        base = ["--snapshot", self.catalog.snapshot, "--db", db, "--index"]
+        missing = self.path("missing.abfx")
+        self.assert_refused(base + [missing], missing)
+        damaged = self.garbage("damaged.abfx")
+        self.assert_refused(base + [damaged], damaged)
+        other = self.path("other.abfx")
+        support.run_abf("index", "--db", self.other.db, "-o", other)
+        self.assert_refused(base + [other], "catalog_mismatch", other)
+        index_set = self.path("index.abxs")
+        support.run_abf("index", "--db", db, "--shards", 3, "-o", index_set)
+        shards = shard_files(index_set)
+        self.assertEqual(len(shards), 3, shards)
+        os.unlink(shards[2])
+        self.assert_refused(base + [index_set], index_set)
+
+    def test_a_token_file_of_the_wrong_mode_names_its_own_error(self):
+        tokens = support.write_private(self.path("tokens"), "token-aaaaaaaaaaaaaaaa default\n")
+        os.chmod(tokens, 0o644)
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--token-file", tokens, expect_failure=True)
+        server.process.stdout.close()
+        log = server.log_text()
+        server.log.close()
+        self.assertEqual(server.returncode, 1, log)
+        self.assertIn(tokens + ": the token file may be read or written by its group or others "
+                      "(mode 644); chmod 600 it", log)
+        # It said invalid_key, a key file's error, before issue 37.
+        self.assertNotIn("invalid_key", log)
+
+    def test_the_documented_systemd_unit_lets_follow_write_the_snapshots(self):
+        docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                            "serve.md")
+        with open(docs) as text:
+            body = text.read()
+        unit = body[body.index("# /etc/systemd/system/abf-serve.service"):]
+        unit = unit[:unit.index("```")]
+        settings = {}
+        for line in unit.splitlines():
+            if "=" in line and not line.startswith("#"):
+                name, _, value = line.partition("=")
+                settings.setdefault(name.strip(), []).extend(value.split())
+        # The snapshots of the documented config file live in /var/lib/abf,
+        # where --follow writes them: never read-only, and writable under
+        # ProtectSystem=strict.
+        config = json.loads(body[body.index('{\n  "listen"'):body.index("\n}\n") + 2])
+        folders = {os.path.dirname(t["snapshot"]) for t in config["tenants"]}
+        self.assertEqual(folders, {"/var/lib/abf"})
+        self.assertEqual(settings.get("ProtectSystem"), ["strict"])
+        for folder in folders:
+            self.assertNotIn(folder, settings.get("ReadOnlyPaths", []))
+            self.assertIn(folder, settings.get("ReadWritePaths", []))
+
+
+class IndexReloads(unittest.TestCase):
+    """index_published is logged when a reload brings another index, not
+    at every reload that re-reads the same one."""
+
+    def test_index_published_only_when_the_index_changed(self):
+        directory = tempfile.mkdtemp(prefix="abf-serve-index-reload-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        catalog = support.Catalog(directory)
+        catalog.add(MEMBERS)
+        catalog.build()
+        index = os.path.join(directory, "catalog.abfx")
+        support.run_abf("index", "--db", catalog.db, "-o", index)
+        server = support.Server("--snapshot", catalog.snapshot, "--db", catalog.db,
+                                "--index", index)
+        try:
+            def reload():
+                response = requests.post(server.url + "/admin/reload", timeout=60)
+                self.assertEqual(response.status_code, 200, response.text)
+
+            def events(name):
+                return [line for line in server.log_lines() if line.get("event") == name]
+
+            self.assertEqual(len(events("index_published")), 1)  # at start
+            reload()
+            reload()
+            # Each reload answered after its index and snapshot were read.
+            self.assertEqual(len(events("snapshot_published")), 3)
+            self.assertEqual(len(events("index_published")), 1, server.log_text())
+            catalog.add(NEW[:20])
+            support.run_abf("index", "--db", catalog.db, "-o", index)
+            reload()
+            published = events("index_published")
+            self.assertEqual(len(published), 2, server.log_text())
+            self.assertEqual(published[-1]["catalog_version"], catalog.version)
+            self.assertEqual(published[-1]["digests"], len(MEMBERS) + 20)
+            response = requests.post(server.url + "/v1/default/find-missing",
+                                     data=b"".join(NEW[:30]), headers={"Content-Type": OCTETS},
+                                     timeout=30)
+            self.assertEqual(response.content, b"".join(NEW[20:30]))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

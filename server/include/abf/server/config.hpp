@@ -137,13 +137,14 @@ struct TokenEntry {
 // twice is refused.
 Result<std::vector<TokenEntry>> parse_token_file(std::string_view text, std::string_view source);
 
-// Refuses (kInvalidKey, naming the file, `what` and its mode) a secret file
+// Refuses (kInvalidArgument, naming the file, `what` and its mode; a key
+// file's own error, kInvalidKey, is read_key_file's) a secret file
 // that is not a regular file or that its group or others may read or write,
 // as ssh does its private keys; kIo when it cannot be inspected. For token
 // files, key files and the TLS private key.
 Result<void> check_private_file(const std::filesystem::path& path, std::string_view what);
 
-// Reads and parses a token file, refused (kInvalidKey) when it is not a
+// Reads and parses a token file, refused (kInvalidArgument) when it is not a
 // regular file or when its group or others may read it (like key files).
 Result<std::vector<TokenEntry>> read_token_file(const std::filesystem::path& path);
 

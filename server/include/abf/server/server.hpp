@@ -45,11 +45,12 @@ class Server {
  public:
   // Opens every tenant's catalog (read-only) and key, loads its snapshot
   // through a SnapshotPublisher bound to the catalog, reads the token file,
-  // binds both listeners and starts serving on threads of its own. A tenant
-  // whose snapshot fails to load is served as not ready (503, /readyz
-  // false) until a reload succeeds. Errors: the config (validate), a
-  // catalog, key or token file that cannot be opened, TLS files that do not
-  // load, an address that cannot be bound (kIo naming it).
+  // binds both listeners and starts serving on threads of its own. Errors
+  // (nothing listens then): the config (validate), a catalog, key or token
+  // file that cannot be opened, a snapshot, filter set, index or index set
+  // that does not load, verify or bind to its catalog (the loader's code,
+  // naming the tenant and the file), TLS files that do not load, an address
+  // that cannot be bound (kIo naming it).
   static Result<std::unique_ptr<Server>> start(const ServerConfig& config,
                                                ServerOptions options = {});
   ~Server();
