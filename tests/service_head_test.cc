@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/blocked.hpp"
 #include "abf/service/artifact_repository.hpp"
 #include "abf/service/metrics.hpp"
 #include "abf/service/service.hpp"
@@ -504,6 +505,58 @@ TEST(ServiceHeadTest, AdvancedFilterIsBitIdenticalToAFreshBuildOfTheHead) {
     auto removed = advance_filter(*before, *catalog, *catalog->latest_version(), std::nullopt);
     ASSERT_FALSE(removed.has_value());
     EXPECT_EQ(removed.error().code, ErrorCode::kInvalidArgument);
+  }
+  fs::remove_all(dir);
+}
+
+// The incremental rebuild keeps the filter's protocol, whatever the key
+// says: a blocked filter (protocol 3, or 4 with its key) advanced to the
+// head is still blocked, under the same protocol, and byte for byte the
+// fresh blocked build of the head; a key given to protocol 3, or none to
+// protocol 4, is refused as for the classic protocols.
+TEST(ServiceHeadTest, AdvancedBlockedFilterKeepsItsProtocol) {
+  char pattern[] = "/tmp/abf-head-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const fs::path dir = pattern;
+  {
+    auto catalog = SqliteCatalog::create(dir / "c.db");
+    ASSERT_TRUE(catalog.has_value());
+    const BloomSpec spec{.expected_item_count = 6000, .target_fpp = 0.01};
+    ASSERT_TRUE(catalog->add(test::random_digests(1200, 171)).has_value());
+    const Key key = test::golden_key().key;
+    for (const std::uint32_t protocol : {blocked::kProtocolBlocked, blocked::kProtocolBlockedKeyed}) {
+      const bool keyed = protocol == blocked::kProtocolBlockedKeyed;
+      SCOPED_TRACE("protocol " + std::to_string(protocol));
+      const std::optional<Key> use = keyed ? std::optional<Key>{key} : std::nullopt;
+      const std::uint64_t v = *catalog->latest_version();
+      auto base = build_filter_from_catalog(*catalog, v, spec, use, protocol);
+      ASSERT_TRUE(base.has_value()) << base.error().describe();
+      ASSERT_EQ(base->hash_protocol_version(), protocol);
+      for (int step = 0; step < 2; ++step) {
+        const std::uint64_t seed = 180 + step + (keyed ? 10 : 0);
+        ASSERT_TRUE(catalog->add(test::random_digests(400 + step, seed)).has_value());
+      }
+      const std::uint64_t head = *catalog->latest_version();
+      ASSERT_GT(head, v);
+      auto advanced = advance_filter(*base, *catalog, head, use);
+      ASSERT_TRUE(advanced.has_value()) << advanced.error().describe();
+      EXPECT_EQ(advanced->hash_protocol_version(), protocol);
+      EXPECT_EQ(advanced->catalog_version(), head);
+      auto fresh = build_filter_from_catalog(*catalog, head, spec, use, protocol);
+      ASSERT_TRUE(fresh.has_value()) << fresh.error().describe();
+      EXPECT_EQ(advanced->inserted_item_count(), fresh->inserted_item_count());
+      ASSERT_TRUE(save_snapshot(*advanced, dir / "advanced.abf").has_value());
+      ASSERT_TRUE(save_snapshot(*fresh, dir / "fresh.abf").has_value());
+      const std::string bytes = file_bytes(dir / "fresh.abf");
+      ASSERT_GT(bytes.size(), 128u);
+      EXPECT_TRUE(bytes == file_bytes(dir / "advanced.abf"));
+      // The wrong key material for the protocol: refused, never a filter
+      // of another protocol.
+      auto wrong = advance_filter(*base, *catalog, head,
+                                  keyed ? std::nullopt : std::optional<Key>{key});
+      ASSERT_FALSE(wrong.has_value());
+      EXPECT_EQ(wrong.error().code, keyed ? ErrorCode::kKeyRequired : ErrorCode::kKeyMismatch);
+    }
   }
   fs::remove_all(dir);
 }

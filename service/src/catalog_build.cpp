@@ -122,13 +122,22 @@ Result<Filter> advance_filter(const Filter& base, SqliteCatalog& catalog,
                     std::to_string(changes->added) + " digests exceed the expected item count " +
                     std::to_string(base.expected_item_count()));
   }
-  // The added digests in a filter of the same spec, key and labels, then
-  // OR-ed with base's bits: the same positions a build of both sets sets.
+  // The added digests in a filter of the same spec, protocol, key and
+  // labels, then OR-ed with base's bits: the same positions a build of both
+  // sets sets. The protocol is base's own, never chosen by whether a key is
+  // given: a blocked filter (3, or 4 with its key) stays blocked.
   auto builder =
       FilterBuilder::create(base.info().spec, BuildOptions{.catalog_version = catalog_version,
                                                            .catalog_id = base.catalog_id(),
+                                                           .protocol = base.hash_protocol_version(),
                                                            .key = key});
-  if (!builder) return std::unexpected(builder.error());
+  if (!builder) {
+    const ErrorCode code = builder.error().code;
+    if (code == ErrorCode::kKeyRequired || code == ErrorCode::kKeyMismatch) {
+      return fail(code, where + ": " + builder.error().message);
+    }
+    return std::unexpected(builder.error());
+  }
   if (!(builder->info().scheme == base.scheme())) {
     return fail(key ? ErrorCode::kKeyMismatch : ErrorCode::kKeyRequired,
                 where + ": the filter's hash scheme (protocol " +

@@ -43,8 +43,8 @@ Result<Filter> build_filter_from_catalog(SqliteCatalog& catalog, std::uint64_t c
 // The filter of the catalog at `catalog_version`, made from `base`, a filter
 // of this catalog at an older version v (docs/protocol.md section 8, `abf serve
 // --follow`): when nothing was removed in (v, catalog_version], a copy of
-// base's bits with every digest added since set, under base's spec and
-// layout, and labelled `catalog_version`. When base is what
+// base's bits with every digest added since set, under base's spec, layout
+// and protocol (a blocked base stays blocked), labelled `catalog_version`. When base is what
 // build_filter_from_catalog made at v (same spec and key), the result is
 // bit for bit what it makes at `catalog_version` (no digest is both in base
 // and added since, so insertedItemCount adds up too). `key`: base's key,
