@@ -6,7 +6,24 @@
 #include <random>
 #include <string>
 
+#include "catalog_reach.hpp"
+
 namespace abf::service {
+
+Result<CatalogContent> content_in_reach(ArtifactRepository& catalog, std::uint64_t version,
+                                        std::string_view named, std::string_view catalog_name,
+                                        std::string_view consequence) {
+  auto content = catalog.content_at_version(version);
+  if (content || content.error().code != ErrorCode::kInvalidArgument) return content;
+  auto latest = catalog.latest_version();
+  const std::string reach =
+      latest ? "only reaches version " + std::to_string(*latest) : content.error().message;
+  return fail(ErrorCode::kCatalogMismatch,
+              std::string(named) + " is of catalog version " + std::to_string(version) + ", but " +
+                  std::string(catalog_name) + " " + reach +
+                  " (a damaged catalog, or one restored from an older backup?)" +
+                  std::string(consequence) + "; refused");
+}
 
 bool MemoryRepository::exists_locked(const Digest& digest, std::uint64_t catalog_version) const {
   const auto it = intervals_.find(digest);

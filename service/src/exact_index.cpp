@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "catalog_reach.hpp"
+
 namespace abf::service {
 
 namespace {
@@ -134,19 +136,8 @@ Result<void> check_index_binding(const IndexSet& index, std::string_view source,
                                                  ", not of " + theirs +
                                                  ": its answers would be wrong there; refused");
   }
-  auto content = catalog.content_at_version(version);
-  if (!content) {
-    if (content.error().code != ErrorCode::kInvalidArgument) {
-      return std::unexpected(content.error());
-    }
-    auto latest = catalog.latest_version();
-    const std::string reach =
-        latest ? "only reaches version " + std::to_string(*latest) : content.error().message;
-    return fail(ErrorCode::kCatalogMismatch,
-                named + " is of catalog version " + std::to_string(version) + ", but " +
-                    binding->name + " " + reach +
-                    " (a damaged catalog, or one restored from an older backup?); refused");
-  }
+  auto content = content_in_reach(catalog, version, named, binding->name, "");
+  if (!content) return std::unexpected(content.error());
   const auto fingerprint = index.content_fingerprint();
   if (!fingerprint) {
     return fail(ErrorCode::kCatalogMismatch,

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "abf/service/metrics.hpp"
+#include "catalog_reach.hpp"
 
 namespace abf::service {
 
@@ -45,20 +46,9 @@ Result<void> check_snapshot_content(const FilterSet& filter, std::string_view so
   const std::uint64_t version = filter.catalog_version();
   const std::string named = "snapshot " + std::string(source);
   const std::string theirs = std::string(catalog_name);
-  auto content = catalog.content_at_version(version);
-  if (!content) {
-    if (content.error().code != ErrorCode::kInvalidArgument) {
-      return std::unexpected(content.error());
-    }
-    auto latest = catalog.latest_version();
-    const std::string reach =
-        latest ? "only reaches version " + std::to_string(*latest) : content.error().message;
-    return fail(ErrorCode::kCatalogMismatch,
-                named + " is of catalog version " + std::to_string(version) + ", but " + theirs +
-                    " " + reach +
-                    " (a damaged catalog, or one restored from an older backup?): what the "
-                    "snapshot holds cannot be checked; refused");
-  }
+  auto content = content_in_reach(catalog, version, named, theirs,
+                                  ": what the snapshot holds cannot be checked");
+  if (!content) return std::unexpected(content.error());
   const auto& fingerprint = filter.content_fingerprint();
   if (!fingerprint) {
     return fail(ErrorCode::kCatalogMismatch,
