@@ -1,7 +1,9 @@
 // The gRPC front of `abf serve` (grpc.hpp).
 #include "grpc.hpp"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -10,11 +12,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <stop_token>
+#include <thread>
 
 #include "abf/server/grpc_wire.hpp"
 #include "admission.hpp"
+#include "health.pb.h"
 #include "remote_execution.grpc.pb.h"
 
 namespace abf::server {
@@ -187,15 +194,125 @@ class CasService final : public grpc::Service {
   Admission admission_;
 };
 
+// GetCapabilities' parser: the tenant from instance_name; no digests.
+class CapabilitiesRequest final : public TenantRequest {
+ public:
+  explicit CapabilitiesRequest(const std::string& instance) : instance_(instance) {}
+  RequestResult<std::string_view> tenant() override {
+    if (!instance_.empty() && !valid_tenant_name(instance_)) {
+      return refuse(400, "invalid_tenant",
+                    "instance_name is not a tenant name (1 to 64 of A-Z a-z 0-9 . _ -)");
+    }
+    return std::string_view(instance_);
+  }
+  RequestResult<std::span<const Digest>> digests() override { return std::span<const Digest>(); }
+
+ private:
+  const std::string& instance_;
+};
+
+// REAPI's Capabilities.GetCapabilities: clients (Bazel first) ask it before
+// anything else. The answer says what this server is: a CAS that answers
+// FindMissingBlobs for SHA-256 digests (the only digest function it
+// accepts), with no action cache updates and no remote execution. The
+// caller and tenant are checked as for FindMissingBlobs (the same tokens,
+// 403 for another tenant, the same default tenant for an empty name) and
+// the call takes a token of the caller's request bucket.
+class CapabilitiesService final : public rex::Capabilities::Service {
+ public:
+  explicit CapabilitiesService(Core& core) : core_(core), admission_(core) {}
+
+  grpc::Status GetCapabilities(grpc::ServerContext* context,
+                               const rex::GetCapabilitiesRequest* request,
+                               rex::ServerCapabilities* response) override {
+    const auto start = Clock::now();
+    const std::string id = request_id(metadata(*context, "x-request-id"));
+    context->AddInitialMetadata("x-request-id", id);
+    RequestNote note;
+    CapabilitiesRequest parsed(request->instance_name());
+    auto admitted = admission_.admit(metadata(*context, "authorization"), parsed, note);
+    grpc::Status status = grpc::Status::OK;
+    if (admitted) {
+      auto* cache = response->mutable_cache_capabilities();
+      cache->add_digest_functions(rex::DigestFunction::SHA256);
+      cache->mutable_action_cache_update_capabilities()->set_update_enabled(false);
+      // No batch methods are served; this is the largest request message
+      // the server reads (max_body_bytes), which bounds FindMissingBlobs.
+      cache->set_max_batch_total_size_bytes(
+          static_cast<std::int64_t>(std::min<std::size_t>(core_.config().max_body_bytes,
+                                                          std::numeric_limits<int>::max())));
+      cache->set_symlink_absolute_path_strategy(rex::SymlinkAbsolutePathStrategy::DISALLOWED);
+      auto* execution = response->mutable_execution_capabilities();
+      execution->set_digest_function(rex::DigestFunction::SHA256);
+      execution->add_digest_functions(rex::DigestFunction::SHA256);
+      execution->set_exec_enabled(false);
+      // FindMissingBlobs as of API 2.0, with 2.3's digest_function field.
+      response->mutable_low_api_version()->set_major(2);
+      response->mutable_high_api_version()->set_major(2);
+      response->mutable_high_api_version()->set_minor(3);
+    } else {
+      const RequestError& error = admitted.error();
+      note.error = error.code;
+      if (error.retry_after_seconds > 0) {
+        context->AddTrailingMetadata("retry-after", std::to_string(error.retry_after_seconds));
+      }
+      status = grpc::Status(static_cast<grpc::StatusCode>(grpc_status_for(error.status)),
+                            error.code + ": " + error.message);
+    }
+    const std::string remote =
+        core_.logger().enabled(LogLevel::kInfo) ? context->peer() : std::string();
+    admission_.finish(AccessLine{.front = "grpc",
+                                 .method = "GetCapabilities",
+                                 .path = std::nullopt,
+                                 .remote = remote,
+                                 .endpoint = Endpoint::kGrpcGetCapabilities,
+                                 .request_id = id},
+                      admitted ? 200 : admitted.error().status, note, Clock::now() - start);
+    return status;
+  }
+
+ private:
+  Core& core_;
+  Admission admission_;
+};
+
 }  // namespace
 
 struct GrpcFront::Impl {
   Core& core;
   CasService service;
+  CapabilitiesService capabilities;
   std::unique_ptr<grpc::Server> server;
   std::string host;
   int port = 0;
-  explicit Impl(Core& c) : core(c), service(c) {}
+  // The health service's statuses follow the server's readiness (/readyz),
+  // looked at every second on a thread of its own.
+  std::mutex health_mutex;
+  std::condition_variable_any health_wake;
+  std::jthread health_thread;
+  explicit Impl(Core& c) : core(c), service(c), capabilities(c) {}
+
+  // Sets the statuses of the server as a whole ("") and of each service it
+  // answers to `ready`.
+  void show_readiness(bool ready) {
+    for (const char* name : {"", "build.bazel.remote.execution.v2.ContentAddressableStorage",
+                             "build.bazel.remote.execution.v2.Capabilities"}) {
+      server->GetHealthCheckService()->SetServingStatus(name, ready);
+    }
+  }
+  // From the first status, set before the server is announced, on.
+  void follow_readiness(std::stop_token stop, bool shown) {
+    std::unique_lock lock(health_mutex);
+    while (!stop.stop_requested()) {
+      health_wake.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
+      if (stop.stop_requested()) break;
+      const bool ready = core.ready();
+      if (shown != ready) {
+        show_readiness(ready);
+        shown = ready;
+      }
+    }
+  }
 };
 
 GrpcFront::GrpcFront(Core& core) : impl_(std::make_unique<Impl>(core)) {}
@@ -218,6 +335,16 @@ Result<void> GrpcFront::start(const ListenAddress& address) {
   const std::string where =
       (address.host.find(':') != std::string::npos ? "[" + address.host + "]" : address.host) +
       ":" + std::to_string(address.port);
+  // The standard services operators' tools expect: grpc.health.v1.Health
+  // (gRPC's default service; its statuses follow /readyz, below) and server
+  // reflection (grpc.reflection.v1alpha), so grpcurl and grpc_health_probe
+  // work without the .proto files. Both are process-wide settings, read by
+  // the builder.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Referenced so that the linker keeps health.proto's descriptor, which
+  // reflection serves for the health service.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(where, credentials, &impl_->port);
   // One owner per port: gRPC sets SO_REUSEPORT by default, so a second
@@ -228,12 +355,20 @@ Result<void> GrpcFront::start(const ListenAddress& address) {
       std::min<std::size_t>(config.max_body_bytes, std::numeric_limits<int>::max())));
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   builder.RegisterService(&impl_->service);
+  builder.RegisterService(&impl_->capabilities);
   impl_->server = builder.BuildAndStart();
   if (impl_->server == nullptr || impl_->port == 0) {
     return fail(ErrorCode::kIo, "gRPC: cannot listen on " + where + ": " +
                                     bind_failure(address.host, address.port));
   }
   impl_->host = address.host;
+  if (impl_->server->GetHealthCheckService() != nullptr) {
+    Impl* impl = impl_.get();
+    const bool ready = impl->core.ready();
+    impl->show_readiness(ready);
+    impl_->health_thread = std::jthread(
+        [impl, ready](std::stop_token stop) { impl->follow_readiness(stop, ready); });
+  }
   return {};
 }
 
@@ -244,6 +379,12 @@ std::string GrpcFront::address() const {
 }
 
 void GrpcFront::shutdown(unsigned grace_seconds) {
+  // The readiness thread stops first: statuses are not changed while the
+  // server shuts down (Shutdown makes every service NOT_SERVING).
+  if (impl_->health_thread.joinable()) {
+    impl_->health_thread.request_stop();
+    impl_->health_thread.join();
+  }
   if (impl_->server) {
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(grace_seconds));
   }

@@ -24,6 +24,7 @@ enum class Endpoint : std::size_t {
   kHttpAdmin,
   kHttpOther,  // another path, or a request refused before routing
   kGrpcFindMissingBlobs,
+  kGrpcGetCapabilities,
   kCount,  // not an endpoint: how many there are (a new one goes above it)
 };
 inline constexpr std::size_t kEndpointCount = static_cast<std::size_t>(Endpoint::kCount);
@@ -42,6 +43,7 @@ inline constexpr std::array<EndpointLabels, kEndpointCount> kEndpointLabels = {{
     {Endpoint::kHttpAdmin, "http", "admin"},
     {Endpoint::kHttpOther, "http", "other"},
     {Endpoint::kGrpcFindMissingBlobs, "grpc", "FindMissingBlobs"},
+    {Endpoint::kGrpcGetCapabilities, "grpc", "GetCapabilities"},
 }};
 // An endpoint added without its labels (a missing entry is value-initialized:
 // endpoint 0, no name) or out of order does not compile.

@@ -293,23 +293,25 @@ class Connection:
         self.http.close()
 
 
-def generate_grpc_modules(directory):
-    """The Python gRPC client of proto/remote_execution.proto, generated with
-    grpc_tools (python3-grpc-tools, Debian's 1.14, whose bundled protoc output
-    runs on python3-grpcio 1.51 and python3-protobuf 3.21); imports and
-    returns (remote_execution_pb2, remote_execution_pb2_grpc)."""
+def generate_grpc_modules(directory, proto="remote_execution"):
+    """The Python gRPC client of proto/<proto>.proto (remote_execution, or
+    health: grpc.health.v1), generated with grpc_tools (python3-grpc-tools,
+    Debian's 1.14, whose bundled protoc output runs on python3-grpcio 1.51
+    and python3-protobuf 3.21); imports and returns (<proto>_pb2,
+    <proto>_pb2_grpc)."""
+    import importlib
     from grpc_tools import protoc
     proto_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
     proto_dir = os.path.normpath(proto_dir)
     status = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + directory,
                           "--grpc_python_out=" + directory,
-                          os.path.join(proto_dir, "remote_execution.proto")])
+                          os.path.join(proto_dir, proto + ".proto")])
     if status != 0:
         raise AssertionError("grpc_tools.protoc failed with %d" % status)
-    sys.path.insert(0, directory)
-    import remote_execution_pb2
-    import remote_execution_pb2_grpc
-    return remote_execution_pb2, remote_execution_pb2_grpc
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    return (importlib.import_module(proto + "_pb2"),
+            importlib.import_module(proto + "_pb2_grpc"))
 
 
 def metric(text, name, **labels):

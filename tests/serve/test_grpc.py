@@ -225,6 +225,205 @@ class FindMissingBlobs(unittest.TestCase):
 
 
 
+def varint(value):
+    out = b""
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def length_field(number, data):
+    """One length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def fields(data):
+    """The (field number, value) pairs of a protobuf message: ints for
+    varints, bytes for length-delimited fields (all this test needs)."""
+    out, at = [], 0
+    while at < len(data):
+        key, at = read_varint(data, at)
+        number, kind = key >> 3, key & 7
+        if kind == 0:
+            value, at = read_varint(data, at)
+        elif kind == 2:
+            length, at = read_varint(data, at)
+            value, at = data[at:at + length], at + length
+        else:
+            raise AssertionError("wire type %d in a reflection answer" % kind)
+        out.append((number, value))
+    return out
+
+
+def read_varint(data, at):
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+class StandardServices(unittest.TestCase):
+    """grpc.health.v1 (its statuses follow /readyz), server reflection
+    (grpc.reflection.v1alpha, so grpcurl needs no .proto) and REAPI's
+    Capabilities.GetCapabilities for SHA-256."""
+
+    CAS = "build.bazel.remote.execution.v2.ContentAddressableStorage"
+    CAPABILITIES = "build.bazel.remote.execution.v2.Capabilities"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="abf-serve-grpc-std-")
+        cls.pb2, cls.pb2_grpc = support.generate_grpc_modules(cls.dir)
+        cls.health_pb2, cls.health_grpc = support.generate_grpc_modules(cls.dir, "health")
+        cls.catalog = support.Catalog(cls.dir, "a")
+        cls.catalog.add(MEMBERS[:200])
+        cls.catalog.build()
+        cls.tokens = {"a": "grpc-std-token-tenant-a-0123", "all": "grpc-std-token-every-01234"}
+        tokens = support.write_private(os.path.join(cls.dir, "tokens"),
+                                       "%(a)s a\n%(all)s *\n" % cls.tokens)
+        other = support.Catalog(cls.dir, "b")
+        other.add(NEW[:10])
+        other.build()
+        config = os.path.join(cls.dir, "serve.json")
+        with open(config, "w") as out:
+            out.write('{"tenants": [{"name": "a", "snapshot": "a.abf", "db": "a.db"},'
+                      ' {"name": "b", "snapshot": "b.abf", "db": "b.db"}],'
+                      ' "token_file": "tokens"}')
+        cls.server = support.Server("--config", config, "--grpc-listen", "127.0.0.1:0")
+        cls.channel = grpc.insecure_channel(cls.server.grpc)
+        cls.health = cls.health_grpc.HealthStub(cls.channel)
+        cls.capabilities = cls.pb2_grpc.CapabilitiesStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        status = cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert status == 0, "abf serve exited %d" % status
+
+    def check(self, service):
+        request = self.health_pb2.HealthCheckRequest(service=service)
+        return self.health.Check(request, timeout=30).status
+
+    def reflect(self, request):
+        """One ServerReflectionInfo exchange, bytes in and out (no client
+        library for reflection in Debian's python3-grpcio)."""
+        call = self.channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda data: data, response_deserializer=lambda data: data)
+        answers = list(call(iter([request]), timeout=30))
+        self.assertEqual(len(answers), 1)
+        return dict(fields(answers[0]))
+
+    def test_health_says_serving_for_the_server_and_its_services(self):
+        serving = self.health_pb2.HealthCheckResponse.SERVING
+        support.wait_until(lambda: self.check("") == serving, what="health SERVING")
+        for service in (self.CAS, self.CAPABILITIES):
+            self.assertEqual(self.check(service), serving, service)
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.check("no.such.Service")
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_reflection_lists_and_describes_every_service(self):
+        # list_services (field 7) -> list_services_response (field 6).
+        answer = self.reflect(length_field(7, b"*"))
+        listed = [dict(fields(entry))[1].decode() for number, entry in
+                  fields(answer[6]) if number == 1]
+        for name in (self.CAS, self.CAPABILITIES, "grpc.health.v1.Health",
+                     "grpc.reflection.v1alpha.ServerReflection"):
+            self.assertIn(name, listed)
+        from google.protobuf import descriptor_pb2
+        # file_containing_symbol (field 4) -> file_descriptor_response (4).
+        for symbol, service, method in ((self.CAPABILITIES, "Capabilities", "GetCapabilities"),
+                                        (self.CAS, "ContentAddressableStorage",
+                                         "FindMissingBlobs"),
+                                        ("grpc.health.v1.Health", "Health", "Check")):
+            answer = self.reflect(length_field(4, symbol.encode()))
+            self.assertIn(4, answer, "no file descriptor for " + symbol)
+            files = [descriptor_pb2.FileDescriptorProto.FromString(data)
+                     for number, data in fields(answer[4]) if number == 1]
+            methods = {(s.name, m.name) for f in files for s in f.service for m in s.method}
+            self.assertIn((service, method), methods, symbol)
+
+    def test_capabilities_answer_for_sha256_and_no_execution(self):
+        metadata = [("authorization", "Bearer " + self.tokens["a"])]
+        for instance in ("a", ""):  # "" is the token's one tenant
+            answer = self.capabilities.GetCapabilities(
+                self.pb2.GetCapabilitiesRequest(instance_name=instance), metadata=metadata,
+                timeout=30)
+            cache = answer.cache_capabilities
+            self.assertEqual(list(cache.digest_functions), [self.pb2.DigestFunction.SHA256])
+            self.assertFalse(cache.action_cache_update_capabilities.update_enabled)
+            self.assertFalse(answer.execution_capabilities.exec_enabled)
+            self.assertEqual(list(answer.execution_capabilities.digest_functions),
+                             [self.pb2.DigestFunction.SHA256])
+            self.assertEqual((answer.low_api_version.major, answer.low_api_version.minor), (2, 0))
+            self.assertEqual((answer.high_api_version.major, answer.high_api_version.minor),
+                             (2, 3))
+        # The same tokens and tenants as FindMissingBlobs.
+        for token, instance, code in ((None, "a", grpc.StatusCode.UNAUTHENTICATED),
+                                      ("a", "b", grpc.StatusCode.PERMISSION_DENIED),
+                                      ("all", "nope", grpc.StatusCode.NOT_FOUND),
+                                      ("all", "", grpc.StatusCode.INVALID_ARGUMENT)):
+            sent = [("authorization", "Bearer " + self.tokens[token])] if token else []
+            with self.assertRaises(grpc.RpcError) as raised:
+                self.capabilities.GetCapabilities(
+                    self.pb2.GetCapabilitiesRequest(instance_name=instance), metadata=sent,
+                    timeout=30)
+            self.assertEqual(raised.exception.code(), code, (token, instance))
+        self.server.wait_for_log(lambda line: line.get("method") == "GetCapabilities" and
+                                 line.get("status") == 200 and line.get("tenant") == "a",
+                                 what="a GetCapabilities access line")
+
+
+
+class HealthFollowsReadiness(unittest.TestCase):
+    def test_health_says_not_serving_when_the_server_is_not_ready(self):
+        directory = tempfile.mkdtemp(prefix="abf-serve-grpc-health-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        health_pb2, health_grpc = support.generate_grpc_modules(directory, "health")
+        catalog = support.Catalog(directory)
+        catalog.add(MEMBERS[:100])
+        catalog.build()
+        server = support.Server("--snapshot", catalog.snapshot, "--db", catalog.db,
+                                "--grpc-listen", "127.0.0.1:0")
+        channel = grpc.insecure_channel(server.grpc)
+        try:
+            stub = health_grpc.HealthStub(channel)
+            status = health_pb2.HealthCheckResponse
+
+            def check(service=""):
+                return stub.Check(health_pb2.HealthCheckRequest(service=service),
+                                  timeout=30).status
+
+            support.wait_until(lambda: check() == status.SERVING, what="health SERVING")
+            # The catalog file replaced by rename makes the tenant unready
+            # (/readyz 503): health says NOT_SERVING within about a second.
+            replacement = os.path.join(directory, "replacement.db")
+            shutil.copy(catalog.db, replacement)
+            os.rename(replacement, catalog.db)
+            support.wait_until(
+                lambda: requests_status(server.url + "/readyz") == 503, what="/readyz 503")
+            support.wait_until(lambda: check() == status.NOT_SERVING,
+                               what="health NOT_SERVING after the catalog was replaced")
+            self.assertEqual(check(StandardServices.CAS), status.NOT_SERVING)
+        finally:
+            channel.close()
+            self.assertEqual(server.stop(), 0)
+
+
+def requests_status(url):
+    import requests
+    return requests.get(url, timeout=30).status_code
+
 class Tls(unittest.TestCase):
     def test_grpc_over_tls(self):
         directory = tempfile.mkdtemp(prefix="abf-serve-grpc-tls-")
