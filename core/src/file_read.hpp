@@ -1,15 +1,20 @@
 // Small pieces the on-disk formats share (snapshot.cpp, filter_set_io.cpp,
-// index.cpp, index_set.cpp): an owned file descriptor, an exact positioned
-// read, and the hex spellings their messages and file names use.
+// index.cpp, index_set.cpp, manifest_io.cpp): an owned file descriptor, the
+// one opener of their files, an exact positioned read, and the hex
+// spellings their messages and file names use.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "abf/error.hpp"
@@ -32,6 +37,52 @@ class Fd {
  private:
   int fd_;
 };
+
+// What a path names that is not a regular file, for messages ("a FIFO").
+inline std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// A file opened for reading, and what fstat said of it.
+struct OpenedForReading {
+  Fd fd;
+  struct stat info {};
+  std::uint64_t size() const noexcept { return static_cast<std::uint64_t>(info.st_size); }
+};
+
+// The formats' one opener: read-only, O_NONBLOCK (opening a FIFO for
+// reading would otherwise wait for a writer, forever), then fstat, so what
+// the path names is known before anything is read. kIo "<where>: cannot
+// open: ..." or "cannot stat: ...".
+inline Result<OpenedForReading> open_for_reading(const std::filesystem::path& path,
+                                                 const std::string& where) {
+  OpenedForReading file{Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)), {}};
+  if (file.fd.get() < 0) {
+    return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
+  }
+  if (::fstat(file.fd.get(), &file.info) != 0) {
+    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
+  }
+  return file;
+}
+
+// The same, for a regular file only: kIo "<where>: is <file_kind>, not
+// <what>" for anything else (`what`: "a regular snapshot file").
+inline Result<OpenedForReading> open_regular_file(const std::filesystem::path& path,
+                                                  const std::string& where, std::string_view what) {
+  auto file = open_for_reading(path, where);
+  if (!file) return file;
+  if (!S_ISREG(file->info.st_mode)) {
+    return fail(ErrorCode::kIo,
+                where + ": is " + file_kind(file->info.st_mode) + ", not " + std::string(what));
+  }
+  return file;
+}
 
 // Reads exactly `size` bytes at `offset`, retrying short reads and EINTR:
 // kIo on a read error, `truncated` (the format's own code) when the file

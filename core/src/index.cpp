@@ -29,6 +29,7 @@ using detail::ByteWriter;
 using detail::Fd;
 using detail::hex64;
 using detail::load_le;
+using detail::open_regular_file;
 using detail::store_le;
 using detail::xxh3;
 
@@ -566,15 +567,6 @@ Result<std::shared_ptr<Index::State>> finish(std::shared_ptr<const std::uint8_t>
   return state;
 }
 
-std::string file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 Result<void> read_exact(int fd, std::uint8_t* out, std::size_t size, std::uint64_t offset,
                         const std::string& where) {
   return detail::read_exact(fd, out, size, offset, where, ErrorCode::kIndexTruncated);
@@ -637,18 +629,10 @@ Result<Index> Index::parse(std::span<const std::uint8_t> bytes) {
 
 Result<Index> Index::load(const std::filesystem::path& path, LoadMode mode) {
   const std::string where = path.string();
-  // O_NONBLOCK: a FIFO without a writer must not hang the caller.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
-    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return fail(ErrorCode::kIo,
-                where + ": is " + file_kind(info.st_mode) + ", not a regular index file");
-  }
-  const auto size = static_cast<std::uint64_t>(info.st_size);
+  auto file = open_regular_file(path, where, "a regular index file");
+  if (!file) return std::unexpected(file.error());
+  const Fd& fd = file->fd;
+  const std::uint64_t size = file->size();
   std::uint8_t header_bytes[kIndexHeaderSize] = {};
   if (auto ok = read_exact(
           fd.get(), header_bytes,

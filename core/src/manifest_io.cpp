@@ -78,17 +78,11 @@ bool has_magic(const ManifestFormat& format, std::span<const std::uint8_t> bytes
 Result<std::vector<std::uint8_t>> read_manifest_bytes(const ManifestFormat& format,
                                                       const std::filesystem::path& path) {
   const std::string where = path.string();
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) {
-    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return fail(ErrorCode::kIo,
-                where + ": not a regular file, so not " + std::string(format.a_noun));
-  }
-  const auto size = static_cast<std::uint64_t>(info.st_size);
+  auto file =
+      open_regular_file(path, where, "a regular file, so not " + std::string(format.a_noun));
+  if (!file) return std::unexpected(file.error());
+  const Fd& fd = file->fd;
+  const std::uint64_t size = file->size();
   std::vector<std::uint8_t> bytes(
       static_cast<std::size_t>(std::min<std::uint64_t>(size, kManifestHeaderSize)));
   if (auto ok = read_prefix(format, fd.get(), bytes.data(), bytes.size(), where); !ok) {
@@ -108,14 +102,11 @@ Result<std::vector<std::uint8_t>> read_manifest_bytes(const ManifestFormat& form
 }
 
 Result<bool> is_manifest_file(const ManifestFormat& format, const std::filesystem::path& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) {
-    return fail(ErrorCode::kIo, path.string() + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size < 4) return false;
+  auto file = open_for_reading(path, path.string());
+  if (!file) return std::unexpected(file.error());
+  if (!S_ISREG(file->info.st_mode) || file->size() < 4) return false;
   std::uint8_t magic[4] = {};
-  if (auto ok = read_prefix(format, fd.get(), magic, 4, path.string()); !ok) {
+  if (auto ok = read_prefix(format, file->fd.get(), magic, 4, path.string()); !ok) {
     return std::unexpected(ok.error());
   }
   return has_magic(format, magic);

@@ -31,6 +31,7 @@ using detail::ByteWriter;
 using detail::Fd;
 using detail::hex64;
 using detail::load_le;
+using detail::open_regular_file;
 using detail::xxh3;
 
 constexpr char kMagic[4] = {'A', 'B', 'F', '1'};
@@ -282,15 +283,6 @@ Result<Filter> parse_snapshot(std::span<const std::uint8_t> bytes, const std::op
 namespace {
 
 // The kind of a non-regular file, for the message that refuses it.
-std::string file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // An open snapshot file, known to be a regular file, and its validated
 // header (every rule of section 7 but the payload checksum).
 struct OpenedFile {
@@ -300,21 +292,9 @@ struct OpenedFile {
 };
 
 Result<OpenedFile> open_snapshot_file(const std::filesystem::path& path, const std::string& where) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-  // writer, forever; fstat then tells what it is before anything is read.
-  OpenedFile file{Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)), 0, {}};
-  if (file.fd.get() < 0) {
-    return fail(ErrorCode::kIo, where + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat info {};
-  if (::fstat(file.fd.get(), &info) != 0) {
-    return fail(ErrorCode::kIo, where + ": cannot stat: " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return fail(ErrorCode::kIo,
-                where + ": is " + file_kind(info.st_mode) + ", not a regular snapshot file");
-  }
-  file.size = static_cast<std::uint64_t>(info.st_size);
+  auto opened = open_regular_file(path, where, "a regular snapshot file");
+  if (!opened) return std::unexpected(opened.error());
+  OpenedFile file{std::move(opened->fd), opened->size(), {}};
   std::uint8_t header_bytes[kSnapshotHeaderSize] = {};
   const std::size_t header_read =
       static_cast<std::size_t>(std::min<std::uint64_t>(file.size, kSnapshotHeaderSize));
