@@ -81,11 +81,17 @@ HWY_INLINE V BlockOf(D d, V h, V block_count) {
 #endif
 }
 
-// line[i] = the first word of digest i's block, q[i] its position bytes.
-template <class Hash>
+// Nothing between HashGroup's steps.
+struct NoStep {
+  HWY_INLINE void operator()(std::size_t, std::size_t) const {}
+};
+
+// line[i] = the first word of digest i's block, q[i] its position bytes;
+// `between(i, n)` after the step that hashed digests [i, i + n).
+template <class Hash, class Between = NoStep>
 HWY_INLINE void HashGroup(const Hash& hash, std::uint64_t block_count, const Digest* digests,
                           std::size_t count, std::uint64_t* HWY_RESTRICT line,
-                          std::uint64_t* HWY_RESTRICT q) {
+                          std::uint64_t* HWY_RESTRICT q, const Between& between = {}) {
   const hn::ScalableTag<std::uint64_t> d;
   const std::size_t lanes = hn::Lanes(d);
   const auto blocks = hn::Set(d, block_count);
@@ -96,11 +102,13 @@ HWY_INLINE void HashGroup(const Hash& hash, std::uint64_t block_count, const Dig
     hash(d, w0, w1, w2, w3, h, qv);
     hn::StoreU(hn::ShiftLeft<3>(BlockOf(d, h, blocks)), d, line + i);
     hn::StoreU(qv, d, q + i);
+    between(i, lanes);
   }
   for (; i < count; ++i) {
     const blocked::LineHash x = hash(digests[i].bytes.data());
     line[i] = blocked::first_word(blocked::block_of(x.h, block_count));
     q[i] = x.q;
+    between(i, 1);
   }
 }
 
@@ -197,21 +205,18 @@ inline bool LinePrefetches(std::uint64_t block_count) {
   return block_count * 64 >= simd::detail::kPrefetchMinBytes;
 }
 
-// The batch pipeline of a vector hash (protocol 4), two groups ahead:
-// while group g is visited, `visit(i, line, &q)` for each of its digests
-// (LineQueryBlocks tests, LineInsertBlocks sets), the lines of group g + 1
-// (hashed before) are prefetched one between each two visits (`prefetch`,
-// for reading or writing), and group g + 2 is hashed after. A line so has a
-// whole group's hashing to arrive in, and its prefetches are spread
-// between the tests rather than issued 32 at once after a hash (more than
-// the core's outstanding misses): the queries of protocol 4 ran 29-31 ns
-// a digest that way at dram and 22-24 this (thread CPU time, one thread,
-// AVX3_DL, docs/performance.md).
+// The batch pipeline of a vector hash (protocol 4), three groups deep:
+// while group g + 2 is hashed, the lines of group g + 1 (hashed before)
+// are prefetched (`prefetch`, for reading or writing) a vector step's
+// worth after each step of the hash; then group g is visited,
+// `visit(i, line, &q)` for each of its digests (LineQueryBlocks tests,
+// LineInsertBlocks sets). The misses so run while the core hashes, and a
+// line has a whole group's hashing and visit to arrive in.
 template <class Hash, class Prefetch, class Visit>
 HWY_INLINE void LineGroups(const Hash& hash, std::uint64_t block_count, const Digest* digests,
                            std::size_t count, const Prefetch& prefetch, const Visit& visit) {
-  HWY_ALIGN std::uint64_t line[2][kLineGroup];
-  HWY_ALIGN std::uint64_t q[2][kLineGroup];
+  HWY_ALIGN std::uint64_t line[3][kLineGroup];
+  HWY_ALIGN std::uint64_t q[3][kLineGroup];
   const bool prefetches = LinePrefetches(block_count);
   const auto group = [&](std::size_t begin) ABF_INLINE_LAMBDA {
     return begin < count ? std::min(kLineGroup, count - begin) : std::size_t{0};
@@ -221,23 +226,43 @@ HWY_INLINE void LineGroups(const Hash& hash, std::uint64_t block_count, const Di
   if (prefetches) {
     for (std::size_t i = 0; i < group(0); ++i) prefetch(line[0][i]);
   }
+  // Group g + 2 into buffer (g + 2) % 3, prefetching group g + 1's (buffer
+  // `ahead`, n lines) between its steps.
+  const auto hash_ahead = [&](std::size_t begin, std::size_t into, std::size_t ahead,
+                              std::size_t n) ABF_INLINE_LAMBDA {
+    const std::uint64_t* lines = line[ahead];
+    if (!prefetches || n == 0) {
+      HashGroup(hash, block_count, digests + begin, group(begin), line[into], q[into]);
+      return;
+    }
+    HashGroup(hash, block_count, digests + begin, group(begin), line[into], q[into],
+              [&](std::size_t i, std::size_t step) ABF_INLINE_LAMBDA {
+                for (std::size_t k = i; k < std::min(i + step, n); ++k) prefetch(lines[k]);
+              });
+    // A shorter group g + 2 leaves the rest of group g + 1's lines.
+    for (std::size_t k = group(begin); k < n; ++k) prefetch(lines[k]);
+  };
+  std::size_t at = 0;  // buffer of group g
   if (group(kLineGroup) > 0) {
-    HashGroup(hash, block_count, digests + kLineGroup, group(kLineGroup), line[1], q[1]);
+    const std::size_t n1 = group(kLineGroup);
+    HashGroup(hash, block_count, digests + kLineGroup, n1, line[1], q[1]);
+    if (prefetches) {
+      for (std::size_t i = 0; i < n1; ++i) prefetch(line[1][i]);
+    }
   }
-  std::size_t buffer = 0;
-  for (std::size_t begin = 0; begin < count; begin += kLineGroup, buffer ^= 1) {
+  for (std::size_t begin = 0; begin < count; begin += kLineGroup) {
+    const std::size_t next = at == 2 ? 0 : at + 1;
+    const std::size_t after = next == 2 ? 0 : next + 1;
+    if (group(begin + 2 * kLineGroup) > 0) {
+      // Group g + 1's lines were prefetched when it was hashed (the first
+      // two groups) or are prefetched now, between group g + 2's steps.
+      hash_ahead(begin + 2 * kLineGroup, after, next, begin == 0 ? 0 : group(begin + kLineGroup));
+    } else if (begin > 0 && prefetches) {
+      for (std::size_t k = 0; k < group(begin + kLineGroup); ++k) prefetch(line[next][k]);
+    }
     const std::size_t n = group(begin);
-    const std::size_t next = prefetches ? group(begin + kLineGroup) : 0;  // <= n
-    std::size_t i = 0;
-    for (; i < next; ++i) {
-      prefetch(line[buffer ^ 1][i]);
-      visit(begin + i, line[buffer][i], q[buffer] + i);
-    }
-    for (; i < n; ++i) visit(begin + i, line[buffer][i], q[buffer] + i);
-    const std::size_t after = begin + 2 * kLineGroup;
-    if (group(after) > 0) {
-      HashGroup(hash, block_count, digests + after, group(after), line[buffer], q[buffer]);
-    }
+    for (std::size_t i = 0; i < n; ++i) visit(begin + i, line[at][i], q[at] + i);
+    at = next;
   }
 }
 
