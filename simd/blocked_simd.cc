@@ -3,16 +3,18 @@
 // and dispatched at run time, as probe_simd.cc is.
 //
 // A digest touches one 64-byte block: eight 64-bit words, one bit in each.
-// The eight masks come from one broadcast of the position bytes q: shift it
-// right by 8 j in lane j, keep the low six bits, shift a one left by them.
-// AVX-512 holds the whole block in one register (load, andnot, test: one
-// compare for all eight words), AVX2 in two, the 128-bit targets in four,
-// the scalar target in eight.
+// The eight masks: on x86 the position bytes zero-extended into the lanes
+// (AVX-512 then rotates a one left by each and tests the block with one
+// vptestmq; AVX2 keeps the low six bits and shifts), elsewhere one
+// broadcast of q shifted right by 8 j in lane j, the low six bits kept, a
+// one shifted left by them. AVX-512 holds the whole block in one register,
+// AVX2 in two, the 128-bit targets in four, the scalar target in eight.
 //
-// The batch pipeline: the block and q of a group of digests are computed in
-// vector lanes (SipHash-2-4-128 for protocol 4, probe_simd-inl.h's), their
-// lines prefetched, and the previous group tested (or set) meanwhile, so a
-// group's misses overlap.
+// The pipelines: protocol 3 computes a digest's block where it is used
+// and prefetches a fixed distance ahead (LineStream3); protocol 4 computes
+// the block and q of a group of digests in vector lanes (SipHash-2-4-128,
+// probe_simd-inl.h's) and prefetches one group's lines between the steps
+// that hash the next (LineGroups), so the misses run while it computes.
 #include "hwy_targets.h"  // first: fixes HWY_TARGETS for this file
 
 #include <algorithm>
@@ -149,8 +151,8 @@ HWY_INLINE void LineSet(std::uint64_t* HWY_RESTRICT block, std::uint64_t q) {
 // Highway 1.0.3 has no op for) instead of broadcasting q and shifting each
 // lane right: AVX-512 then rotates a one left by each byte (vprolvq counts
 // mod 64, so no mask) and tests the block with one vptestmq (a word holds
-// one probe bit, so it has it iff word & mask != 0): 5 instructions a
-// query, 9 before.
+// one probe bit, so it has it iff word & mask != 0): LineQuery3's loop is
+// 15 instructions a digest, 18 with the broadcast and shifts.
 static_assert(std::endian::native == std::endian::little,
               "protocol 4's q words are read as their little-endian position bytes");
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
