@@ -312,11 +312,16 @@ HWY_INLINE std::uint64_t Line3(const Digest& digest, std::uint64_t block_count) 
 HWY_INLINE const std::uint8_t* Q3(const Digest& digest) { return digest.bytes.data() + 8; }
 
 // How many digests ahead of the one tested a protocol-3 loop prefetches:
-// enough lines in flight to cover the LLC's latency, twice that for DRAM.
-// (Measured on this 2-core VM under load, llc ns a digest at 8 / 16 / 32:
-// about 10-14 / 8-11 / 9-17; dram at 16 / 32 / 64 within its noise.)
+// 64 for a filter in the LLC, 32 beyond it. Measured on the 2-vCPU Zen 4
+// at load average 4.6 (thread CPU time, 4 Mi digests, one process
+// alternating the distances, medians of 7), llc absent / present ns a
+// digest at 16 / 32 / 48 / 64 / 96 / 128 / 256: 4.1-5.1 / 3.3-3.4 / 3.1 /
+// 2.7-3.2 / 3.2 / 3.3 / 4.3-4.5 and 4.5-5.2 / 3.1-3.2 / 2.9 / 2.8-3.1 / 3.1
+// / 3.2 / 4.4-4.7 (AVX2 alike); dram at 32 / 64 / 128: 8.8-9.2 / 9.1-9.4 /
+// 9.7. Under load 9-13 (the L3 shared with other builds) 16 to 64 were
+// within the noise of each other.
 inline std::size_t LineDistance(std::uint64_t block_count) {
-  return block_count * 64 > (std::uint64_t{32} << 20) ? 32 : 16;
+  return block_count * 64 > (std::uint64_t{32} << 20) ? 32 : 64;
 }
 
 // Protocol 3's pipeline: digest i + distance's line prefetched
