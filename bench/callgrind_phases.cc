@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/simd/target.hpp"
 #include "workload.hpp"
 
 int main(int argc, char** argv) {

@@ -24,6 +24,8 @@
 
 #include "abf/blocked.hpp"
 #include "abf/abf.hpp"
+#include "abf/cuda/controls.hpp"
+#include "abf/simd/target.hpp"
 #include "command.hpp"
 #include "common.hpp"
 #include "workload.hpp"

@@ -14,6 +14,7 @@
 
 #include "abf/blocked.hpp"
 #include "abf/abf.hpp"
+#include "abf/cuda/controls.hpp"
 #include "abf/service/sqlite_catalog.hpp"
 #include "command.hpp"
 #include "common.hpp"

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
+#include "abf/simd/target.hpp"
 #include "command.hpp"
 #include "common.hpp"
 #include "dedup_demo.hpp"

@@ -32,6 +32,7 @@
 #include "abf/filter_set.hpp"
 #include "abf/io.hpp"
 #include "abf/scheme.hpp"
+#include "abf/simd/target.hpp"
 #include "abf/snapshot.hpp"
 #include "abf/summary.hpp"
 #include "spill.hpp"

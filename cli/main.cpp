@@ -12,7 +12,9 @@
 #include <CLI/CLI.hpp>
 
 #include "abf/backend.hpp"
+#include "abf/cuda/controls.hpp"
 #include "abf/io.hpp"
+#include "abf/simd/target.hpp"
 #include "abf/version.hpp"
 #include "command.hpp"
 #include "common.hpp"

@@ -12,6 +12,7 @@
 #include "parallel.hpp"
 #include "partition.hpp"
 #include "abf/blocked.hpp"
+#include "abf/simd/target.hpp"
 #include "probe_simd.h"
 
 namespace abf {

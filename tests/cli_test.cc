@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
+#include "abf/cuda/controls.hpp"
 #include "cli_shell.hpp"
 #include "test_support.hpp"
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "abf/abf.hpp"
+#include "abf/cuda/controls.hpp"
 #include "test_support.hpp"
 
 namespace abf {

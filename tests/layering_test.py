@@ -39,6 +39,12 @@ def main():
         "core's public header naming an engine": (
             {**seam, "core/include/abf/backend.hpp": "extern const Engine kCudaEngine;\n"},
             1, "core/include/abf/backend.hpp:1: core names an engine"),
+        "core's public header declaring an engine's control": (
+            {**seam, "core/include/abf/backend.hpp": "\n\nstd::string simd_target_name();\n"},
+            1, "core/include/abf/backend.hpp:3: core names an engine"),
+        "core using the CUDA auto rule": (
+            {**seam, "core/src/table.cpp": "bool gpu = n >= kAutoCudaMinBatch;\n"},
+            1, "core/src/table.cpp:1: core names an engine"),
         "core naming an engine": (
             {**seam, "core/src/table.cpp": "auto* row = &kSimdEngine;  // simd:: in a comment is fine\n"},
             1, "core/src/table.cpp:1: core names an engine"),

@@ -37,6 +37,7 @@ case $step in
     mkdir -p "$work"
     "$cmake" --install "$build" --prefix "$prefix" >"$work/install.log"
     for file in include/abf/abf.hpp include/abf/version.hpp include/abf/service/service.hpp \
+        include/abf/simd/target.hpp include/abf/cuda/controls.hpp \
         bin/abf share/bash-completion/completions/abf share/doc/abf/LICENSE; do
       [[ -f $prefix/$file ]] || fail "$file not installed"
     done

@@ -27,6 +27,7 @@
 #include "abf/fingerprint.hpp"
 #include "abf/probe.hpp"
 #include "abf/scheme.hpp"
+#include "abf/simd/target.hpp"
 #include "hwy/targets.h"
 #include "engine.hpp"
 #include "kernels.hpp"

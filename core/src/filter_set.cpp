@@ -44,7 +44,7 @@ constexpr std::size_t kPartitionGrain = 16 * 1024;
 // block is one engine call on the task's thread. A block has at least ~1 Ki
 // digests a shard, so calls stay long beside their cost, and at most 1 Mi
 // (36 MiB of scratch). A device engine gets blocks of 4 Mi digests, one after
-// the other: its copies pay only for big batches (kAutoCudaMinBatch).
+// the other: its copies pay only for big batches (the CUDA row's auto rule).
 constexpr std::size_t kMinQueryBlock = 16 * 1024;
 constexpr std::size_t kMaxQueryBlock = std::size_t{1} << 20;
 constexpr std::size_t kDeviceQueryBlock = std::size_t{4} << 20;

@@ -2,7 +2,7 @@
 // of DeviceFilter: queries from host memory through a device copy attached
 // to the filter, builds into a device bitset lane folded into the builder's
 // bits once. Registered by cuda/CMakeLists.txt. And the engine's public face
-// in abf/backend.hpp (cuda_compiled, cuda_device_description,
+// in abf/cuda/controls.hpp (cuda_compiled, cuda_device_description,
 // cuda_copy_bandwidth).
 #include <algorithm>
 #include <cstring>
@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "abf/backend.hpp"
+#include "abf/cuda/controls.hpp"
 #include "abf/cuda/device_filter.hpp"
 #include "cuda_engine.hpp"
 #include "cuda_error.hpp"

@@ -2,6 +2,7 @@
 // and every use says the backend is not compiled in. Registered by
 // cuda/CMakeLists.txt, as engine_cuda.cpp's row is in a CUDA build.
 #include "abf/backend.hpp"
+#include "abf/cuda/controls.hpp"
 #include "cuda_engine.hpp"
 #include "engine.hpp"
 

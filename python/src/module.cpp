@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common.hpp"
+#include "abf/simd/target.hpp"
 
 namespace abf::python {
 namespace {

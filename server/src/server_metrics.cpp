@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "abf/backend.hpp"
+#include "abf/cuda/controls.hpp"
+#include "abf/simd/target.hpp"
 #include "abf/version.hpp"
 #include "server_core.hpp"
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <abf/abf.hpp>
+#include <abf/cuda/controls.hpp>
 
 namespace {
 

@@ -21,7 +21,8 @@ namespace abf {
 //
 //   auto    the fastest available engine for the work: CUDA for large
 //           batches (queries: against large filters) when a device is
-//           present, else SIMD (the rule: auto_prefers_cuda). ABF_BACKEND
+//           present, else SIMD (the rule: auto_prefers_cuda in
+//           abf/cuda/controls.hpp; each engine's row says what it prefers). ABF_BACKEND
 //           names an engine for every kAuto request of the process, exactly
 //           as if it had been asked for by name.
 //   scalar  the reference: one digest at a time, plain `%` (and OpenSSL's
@@ -58,31 +59,6 @@ inline constexpr Backend Backend::kScalar{"scalar"};
 inline constexpr Backend Backend::kSimd{"simd"};
 inline constexpr Backend Backend::kCuda{"cuda"};
 
-// kAuto picks CUDA (when a device is present) for batches of at least this
-// many digests; below it, copying them to the GPU costs more than probing
-// them with SIMD. Streaming callers that want kAuto to be able to choose the
-// GPU hand over chunks at least this large (`abf build` does for large
-// inputs).
-inline constexpr std::size_t kAutoCudaMinBatch = std::size_t{1} << 20;
-
-// ... and for a query, only against a filter of at least this many bytes.
-// A smaller filter sits in the CPU's caches, where SIMD answers about as
-// fast as host memory can feed the GPU, or faster: on a 16-core host with
-// an H200, SIMD answered absent-heavy batches against 120 KB and 12 MB
-// filters 1.1-1.6x faster than the GPU, while against the 114 MiB filter
-// every query ran 1.3-2.4x faster on the GPU (docs/cuda.md). Builds have
-// no such floor: the GPU built 2-10x faster at every size.
-inline constexpr std::uint64_t kAutoCudaMinQueryFilterBytes = std::uint64_t{32} << 20;
-
-// The rule above, given a usable device: whether kAuto sends a batch of
-// `batch_size` digests to the GPU. `query_filter_bytes`: for a query, the
-// filter's size in bytes (bit_count / 8); 0 for a build.
-constexpr bool auto_prefers_cuda(std::size_t batch_size,
-                                 std::uint64_t query_filter_bytes) noexcept {
-  return batch_size >= kAutoCudaMinBatch &&
-         (query_filter_bytes == 0 || query_filter_bytes >= kAutoCudaMinQueryFilterBytes);
-}
-
 // backend.name().
 std::string_view to_string(Backend backend) noexcept;
 // Backend::parse.
@@ -101,36 +77,16 @@ std::vector<BackendInfo> list_backends();
 std::vector<std::string> backend_names();
 
 // The engine a request runs on, for a batch of `batch_size` digests
-// (query_filter_bytes as for auto_prefers_cuda). A request for kAuto first
-// takes ABF_BACKEND when it is set (kInvalidArgument if it names no engine),
-// and is then treated exactly as a request by name; a named engine that
-// cannot run here is kBackendUnavailable, saying why. Never returns kAuto.
+// (`query_filter_bytes`: for a query, the filter's size in bytes; 0 for a
+// build). A request for kAuto first takes ABF_BACKEND when it is set
+// (kInvalidArgument if it names no engine), and is then treated exactly as
+// a request by name; a named engine that cannot run here is
+// kBackendUnavailable, saying why. Never returns kAuto.
 Result<Backend> resolve_backend(Backend requested, std::size_t batch_size,
                                 std::uint64_t query_filter_bytes = 0);
 
 // Whether the backend can run here: compiled in, and for CUDA a device found.
 // True for kAuto (it always finds an engine).
 bool backend_available(Backend backend);
-
-// The Highway target the SIMD engine runs on this CPU ("AVX3_ZEN4", "AVX2", ...).
-std::string simd_target_name();
-// Every Highway target compiled into this binary that this CPU supports,
-// best first, whichever one use_simd_target chose.
-std::vector<std::string> simd_compiled_targets();
-// Runs the SIMD engine on the named target (one of simd_compiled_targets(),
-// e.g. "AVX2" on an AVX-512 CPU, to measure or compare it) from now on, or on
-// the CPU's best again for "best". kInvalidArgument, changing nothing, for a
-// name not in the list. Every target answers bit for bit alike. Call it
-// while no query or build runs (the CLI reads ABF_SIMD_TARGET at start).
-Result<void> use_simd_target(std::string_view name);
-// True when the CUDA backend was compiled in (whether or not a device exists).
-bool cuda_compiled();
-// A description of the CUDA device the backend would use, or why there is none.
-std::string cuda_device_description();
-// Bytes per second of a host-to-device copy from pinned memory (64 MiB,
-// median of 5 after a warm-up): the ceiling of any CUDA query whose digests
-// start in host memory (`abf bench` reports it). kBackendUnavailable without
-// a CUDA build or a device.
-Result<double> cuda_copy_bandwidth();
 
 }  // namespace abf

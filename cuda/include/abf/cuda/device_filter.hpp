@@ -5,12 +5,12 @@
 // overlapping copy-in, kernel and copy-out).
 //
 // Only in a build with the CUDA backend (ABF_CUDA=ON, or AUTO with nvcc
-// found); `abf::cuda_compiled()` says whether this one has it. Include this
-// header from host C++23 code. It uses std::expected, which nvcc 13 (C++20 at
-// most) can only parse when the host compiler runs in C++23: the abf target
-// passes `-Xcompiler=-std=c++23` to the .cu files of targets linking it. A
-// kernel that only needs the view includes abf/cuda/view.hpp, which works in
-// any dialect.
+// found); `abf::cuda_compiled()` (abf/cuda/controls.hpp) says whether this one
+// has it. Include this header from host C++23 code. It uses std::expected,
+// which nvcc 13 (C++20 at most) can only parse when the host compiler runs
+// in C++23: the abf target passes `-Xcompiler=-std=c++23` to the .cu files
+// of targets linking it. A kernel that only needs the view includes
+// abf/cuda/view.hpp, which works in any dialect.
 //
 // Every CUDA call is checked. Failures come back as abf::Error:
 //   kBackendUnavailable  no device, a driver older than the runtime, a device
