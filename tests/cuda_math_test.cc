@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "abf/blocked.hpp"
 #include "abf/cuda/view.hpp"
 #include "abf/probe.hpp"
 #include "cuda_engine.hpp"
@@ -110,6 +111,72 @@ TEST(CudaMathTest, ViewCarriesTheReducerOfItsBitCount) {
     EXPECT_EQ(view.hash_count, 7u);
   }
 }
+
+probe::Scheme scheme_of(std::uint64_t m, std::uint32_t k, std::uint32_t protocol) {
+  return probe::Scheme{m, k, protocol, probe::KeySchedule{}};
+}
+
+// Each protocol's own limits, at and just past every edge.
+TEST(CudaMathTest, ValidSchemeIsEachProtocolsLayoutRule) {
+  for (const std::uint32_t protocol : {probe::kProtocolUnkeyed, probe::kProtocolKeyed}) {
+    SCOPED_TRACE(protocol);
+    EXPECT_TRUE(cuda::valid_scheme(scheme_of(64, 1, protocol)));
+    EXPECT_TRUE(cuda::valid_scheme(scheme_of(std::uint64_t{1} << 30, 32, protocol)));
+    EXPECT_TRUE(cuda::valid_scheme(scheme_of(64 * 1001, 7, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(0, 7, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(1000, 7, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(63, 7, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of((std::uint64_t{1} << 30) + 64, 7, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(64, 0, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(64, 33, protocol)));
+  }
+  for (const std::uint32_t protocol : {blocked::kProtocolBlocked, blocked::kProtocolBlockedKeyed}) {
+    SCOPED_TRACE(protocol);
+    EXPECT_TRUE(cuda::valid_scheme(scheme_of(512, 8, protocol)));
+    EXPECT_TRUE(cuda::valid_scheme(scheme_of(std::uint64_t{1} << 40, 8, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(448, 8, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(512 + 64, 8, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of((std::uint64_t{1} << 40) + 512, 8, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(512, 7, protocol)));
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(512, 9, protocol)));
+  }
+  for (const std::uint32_t protocol : {0u, 5u, 0xffffffffu}) {
+    EXPECT_FALSE(cuda::valid_scheme(scheme_of(512, 8, protocol))) << protocol;
+  }
+}
+
+// A view of an impossible layout stops with the values named, instead of
+// the reducer's division by zero (m = 0 raised SIGFPE) or a view that reads
+// past its words (m = 1000).
+TEST(CudaMathTest, AViewOfAnInvalidSchemeStopsNamingTheValues) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::uint64_t words[16] = {};
+  EXPECT_DEATH(cuda::make_view(words, 0, 7),
+               "abf::cuda::make_view: bit_count 0, hash_count 7 is no layout of protocol 1");
+  EXPECT_DEATH(cuda::make_view(words, 1000, 7), "bit_count 1000, hash_count 7 is no layout");
+  EXPECT_DEATH(cuda::make_view(words, 1024, 0), "bit_count 1024, hash_count 0 is no layout");
+  EXPECT_DEATH(cuda::make_build_view(words, 1024, 33),
+               "abf::cuda::make_build_view: bit_count 1024, hash_count 33 is no layout");
+  EXPECT_DEATH(cuda::make_view(words, scheme_of(1024, 7, blocked::kProtocolBlocked)),
+               "hash_count 7 is no layout of protocol 3");
+  EXPECT_DEATH(cuda::make_build_view(words, scheme_of(1024, 8, 5)),
+               "bit_count 1024, hash_count 8 is no layout of protocol 5");
+}
+
+// cuda::make_view and probe::make_view (the host view) take the same
+// arguments: an unqualified call with a probe::Scheme finds both and is
+// ambiguous, a compile error, never the other view chosen silently.
+namespace unqualified {
+using namespace abf::cuda;
+template <class S>
+concept CallResolves = requires(const std::uint64_t* words, const S& scheme) {
+  make_view(words, scheme);
+};
+static_assert(!CallResolves<probe::Scheme>);
+static_assert(requires(const std::uint64_t* words, const probe::Scheme& scheme) {
+  cuda::make_view(words, scheme);  // the qualified call, as the docs say
+});
+}  // namespace unqualified
 
 TEST(CudaMathTest, ByteSwapOfALittleEndianLoadIsTheBigEndianWord) {
   std::mt19937_64 rng(7);

@@ -30,6 +30,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "abf/probe.hpp"
@@ -56,18 +58,69 @@ struct DeviceBuildView : probe::Scheme {
 static_assert(std::is_trivially_copyable_v<DeviceFilterView>);
 static_assert(std::is_trivially_copyable_v<DeviceBuildView>);
 
-// A view over `words` (scheme.bit_count / 64 words of device memory). The
-// scheme must be valid (abf::Scheme::probe() gives one; DeviceFilter checks
-// its own); this is not checked here. Computes the reducer constants: call
-// it once per filter on the host, not per digest. Call it qualified,
-// cuda::make_view: argument-dependent lookup also finds probe::make_view,
-// which takes the same arguments and makes a host view.
+// Whether `scheme` is a layout its protocol allows (the policy's limits,
+// PROTOCOL.md sections 3 and 3c): a known hashProtocolVersion, bit_count a
+// multiple of the layout's granularity within its range, hash_count within
+// its range. Protocols 1 and 2: m a multiple of 64 in 64..2^30, k in 1..32;
+// protocols 3 and 4: m a multiple of 512 in 512..2^40, k = 8. What
+// make_view and make_build_view check before they divide by m.
+ABF_HD constexpr bool valid_scheme(const probe::Scheme& scheme) {
+  return probe::with_protocol(
+      scheme.protocol,
+      [&](auto protocol) {
+        using Probes = typename decltype(protocol)::Probes;
+        return scheme.bit_count >= Probes::kMinBitCount &&
+               scheme.bit_count <= Probes::kMaxBitCount &&
+               scheme.bit_count % Probes::kBitGranularity == 0 &&
+               scheme.hash_count >= Probes::kMinHashCount &&
+               scheme.hash_count <= Probes::kMaxHashCount;
+      },
+      [] { return false; });
+}
+
+namespace detail {
+// A view asked of an invalid scheme: a broken precondition of the caller's,
+// reported with the values (on the host to stderr, on the device through
+// printf), then the program stops (abort; __trap on the device), where
+// computing the reducer would divide by zero or a kernel would read past
+// the bitset.
+ABF_HD inline void invalid_view(const char* what, const probe::Scheme& scheme) {
+#if defined(__CUDA_ARCH__)
+  printf("abf::cuda::%s: bit_count %llu, hash_count %u is no layout of protocol %u\n", what,
+         static_cast<unsigned long long>(scheme.bit_count), scheme.hash_count, scheme.protocol);
+  __trap();
+#else
+  std::fprintf(stderr,
+               "abf::cuda::%s: bit_count %llu, hash_count %u is no layout of protocol %u "
+               "(protocols 1 and 2: bit_count a multiple of 64 in 64..2^30, hash_count 1..32; "
+               "3 and 4: a multiple of 512 in 512..2^40, hash_count 8)\n",
+               what, static_cast<unsigned long long>(scheme.bit_count), scheme.hash_count,
+               scheme.protocol);
+  std::abort();
+#endif
+}
+}  // namespace detail
+
+// A view over `words` (scheme.bit_count / 64 words of device memory).
+// Precondition: valid_scheme(scheme) (abf::Scheme::probe() and DeviceFilter
+// give only such schemes); a view of any other stops the program with a
+// message naming the values, on the host or the device, instead of dividing
+// by zero. Computes the reducer constants: call it once per filter on the
+// host, not per digest.
+//
+// The name is shared with probe::make_view (abf/probe.hpp), the host view,
+// which takes the same arguments; an unqualified call with a probe::Scheme
+// finds both by argument-dependent lookup and does not compile (ambiguous:
+// tests/cuda_math_test.cc checks it), so it never silently makes the other
+// view. Call it qualified, cuda::make_view.
 ABF_HD constexpr DeviceFilterView make_view(const std::uint64_t* words,
                                             const probe::Scheme& scheme) {
+  if (!valid_scheme(scheme)) detail::invalid_view("make_view", scheme);
   return DeviceFilterView{scheme, words, probe::Reducer(scheme.bit_count)};
 }
 ABF_HD constexpr DeviceBuildView make_build_view(std::uint64_t* words,
                                                  const probe::Scheme& scheme) {
+  if (!valid_scheme(scheme)) detail::invalid_view("make_build_view", scheme);
   return DeviceBuildView{scheme, words, probe::Reducer(scheme.bit_count)};
 }
 
