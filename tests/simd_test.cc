@@ -379,6 +379,15 @@ TEST_P(SimdEngineTest, ScatterPutsEveryPositionInItsBucketOrInTheWords) {
     const auto adversarial = adversarial_digests(m);
     digests.insert(digests.end(), adversarial.begin(), adversarial.end());
     for (const std::uint32_t k : {1u, 2u, 7u, 32u}) {
+      const probe::Scheme s = scheme(m, k);
+      // Expected: every position, as (bucket, offset), in a multiset; the
+      // same for every bucket shape below.
+      std::map<std::uint64_t, std::uint64_t> expected;
+      for (const probe::HashPair& h : reference_hashes(s, digests)) {
+        std::uint64_t i = probe::first_index(h.h1, m);
+        const std::uint64_t step = probe::step_of(h.h2, m);
+        for (std::uint32_t j = 0; j < k; ++j, i = probe::advance(i, step, m)) ++expected[i];
+      }
       for (const unsigned range_bits : {6u, 9u, 20u}) {
         const std::size_t bucket_count = static_cast<std::size_t>((m - 1) >> range_bits) + 1;
         for (const std::uint32_t capacity : {1u, 5u, 4096u}) {
@@ -392,17 +401,9 @@ TEST_P(SimdEngineTest, ScatterPutsEveryPositionInItsBucketOrInTheWords) {
                                               entries.data(), fill.data(), &overflowed};
           // Two calls: the second appends behind the first.
           const std::size_t half = digests.size() / 2;
-          const probe::Scheme s = scheme(m, k);
           simd::scatter_positions(s, words.data(), digests.data(), half, buckets);
           simd::scatter_positions(s, words.data(), digests.data() + half, digests.size() - half,
                                   buckets);
-          // Expected: every position, as (bucket, offset), in a multiset.
-          std::map<std::uint64_t, std::uint64_t> expected;
-          for (const probe::HashPair& h : reference_hashes(s, digests)) {
-            std::uint64_t i = probe::first_index(h.h1, m);
-            const std::uint64_t step = probe::step_of(h.h2, m);
-            for (std::uint32_t j = 0; j < k; ++j, i = probe::advance(i, step, m)) ++expected[i];
-          }
           // Bucketed positions, plus one per overflowed position set in words.
           std::map<std::uint64_t, std::uint64_t> got;
           std::uint64_t bucketed = 0;
