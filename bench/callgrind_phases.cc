@@ -5,7 +5,7 @@
 // thread; digests from bench/workload.hpp.
 //
 //   valgrind --tool=callgrind --instr-atstart=yes --callgrind-out-file=cg.%p \
-//     build/bench/callgrind_phases <n> <protocol 1|2> [simd target, e.g. SSE4]
+//     build/bench/callgrind_phases <n> <protocol 1|2|3|4> [simd target, e.g. SSE4]
 //
 // Each dump's "totals:" line is the phase's count: build, absent, present
 // (scripts/callgrind-phases runs it and prints them). Valgrind runs no
@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   }
   const std::uint64_t n = std::strtoull(argv[1], nullptr, 10);
   const int protocol = std::atoi(argv[2]);
+  if (protocol < 1 || protocol > 4) {
+    std::fprintf(stderr, "protocol %d: one of 1, 2, 3, 4\n", protocol);
+    return 2;
+  }
   if (argc > 3 && !abf::use_simd_target(argv[3])) {
     std::fprintf(stderr, "no SIMD target %s here\n", argv[3]);
     return 2;
@@ -40,7 +44,8 @@ int main(int argc, char** argv) {
     absent[i] = abf::workload::digest_at(abf::workload::kAbsentSeed, i);
   }
   abf::BuildOptions options;
-  if (protocol == 2) {
+  options.protocol = static_cast<std::uint32_t>(protocol);
+  if (protocol == 2 || protocol == 4) {
     std::uint8_t bytes[16];
     for (int i = 0; i < 16; ++i) bytes[i] = static_cast<std::uint8_t>(i);
     options.key = abf::Key::from_bytes(std::span<const std::uint8_t, 16>(bytes, 16));
