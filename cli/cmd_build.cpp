@@ -15,6 +15,7 @@
 #include "abf/blocked.hpp"
 #include "abf/abf.hpp"
 #include "abf/cuda/controls.hpp"
+#include "abf/service/catalog_build.hpp"
 #include "abf/service/sqlite_catalog.hpp"
 #include "command.hpp"
 #include "common.hpp"
@@ -124,6 +125,15 @@ Result<void> save_output(const BuildCommandOptions& options, const FilterSet& se
 
 void note_blocked_rate(const BloomSpec& spec);
 
+// The protocol --layout and --key-file choose: classic 1 or 2, blocked (one
+// line a digest) 3 or 4.
+std::uint32_t protocol_of(const BuildCommandOptions& options, bool keyed) {
+  if (options.layout == "blocked") {
+    return keyed ? blocked::kProtocolBlockedKeyed : blocked::kProtocolBlocked;
+  }
+  return keyed ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;
+}
+
 // --from-catalog: the snapshot of a SQLite catalog at one version.
 int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
                            const std::optional<Key>& key) {
@@ -140,24 +150,22 @@ int run_build_from_catalog(const BuildCommandOptions& options, Backend backend,
     version = *latest;
   }
   const BloomSpec spec{options.expected_items, options.fpp};
+  const std::uint32_t protocol = protocol_of(options, key.has_value());
   auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
-                                       : shard_count_from_option(options.shards, spec);
+                                       : shard_count_from_option(options.shards, spec, protocol);
   if (!shards) return report_spec("build", shards.error());
+  if (options.layout == "blocked") note_blocked_rate(spec);
   auto set = [&]() -> Result<FilterSet> {
     const Activity activity("building from " + options.from_catalog + " version " +
                             std::to_string(version));
     if (options.shards.empty()) {
-      const std::uint32_t protocol =
-          options.layout == "blocked"
-              ? (key ? blocked::kProtocolBlockedKeyed : blocked::kProtocolBlocked)
-              : BuildOptions::kProtocolByKey;
-      if (options.layout == "blocked") note_blocked_rate(spec);
       auto filter =
           service::build_filter_from_catalog(*catalog, version, spec, key, protocol, backend);
       if (!filter) return std::unexpected(filter.error());
       return FilterSet(std::move(*filter));
     }
-    return service::build_filter_set_from_catalog(*catalog, version, spec, *shards, key, backend);
+    return service::build_filter_set_from_catalog(*catalog, version, spec, *shards, key, protocol,
+                                                  backend);
   }();
   if (!set) return report_spec("build", set.error());
   if (auto saved = save_output(options, *set); !saved) return report("build", saved.error());
@@ -299,11 +307,6 @@ int run_build(const BuildCommandOptions& options) {
   auto key = key_from_option(options.key_file);
   if (!key) return report("build", key.error());
 
-  if (options.layout == "blocked" && !options.shards.empty()) {
-    return usage_error("build",
-                       "--layout blocked builds one snapshot (up to 2^40 bits, one filter for "
-                       "2^36 digests); --shards takes the classic layout only in this version");
-  }
   if (!options.from_catalog.empty()) return run_build_from_catalog(options, *backend, *key);
 
   const BloomSpec spec{options.expected_items, options.fpp};
@@ -315,18 +318,12 @@ int run_build(const BuildCommandOptions& options) {
     build_options.catalog_id = *id;
   }
   build_options.key = *key;
-  // --layout picks the kind, --key-file the keyed protocol of that kind:
-  // classic 1 or 2, blocked (one line a digest) 3 or 4.
-  const bool blocked_layout = options.layout == "blocked";
-  if (blocked_layout) {
-    build_options.protocol =
-        build_options.key ? blocked::kProtocolBlockedKeyed : blocked::kProtocolBlocked;
-    note_blocked_rate(spec);
-  } else {
-    build_options.protocol = build_options.key ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;
-  }
-  auto shards = options.shards.empty() ? Result<std::uint32_t>(1)
-                                       : shard_count_from_option(options.shards, spec);
+  // --layout picks the kind, --key-file the keyed protocol of that kind.
+  build_options.protocol = protocol_of(options, build_options.key.has_value());
+  if (options.layout == "blocked") note_blocked_rate(spec);
+  auto shards = options.shards.empty()
+                    ? Result<std::uint32_t>(1)
+                    : shard_count_from_option(options.shards, spec, build_options.protocol);
   if (!shards) return report_spec("build", shards.error());
   auto builder = FilterSetBuilder::create(spec, *shards, build_options);
   if (!builder) return report_spec("build", builder.error());
@@ -421,8 +418,9 @@ Command add_build_command(CLI::App& root) {
       ->excludes(from_catalog);
   app->add_option("--shards", options->shards,
                   "Write a filter set of S shards (1..65536) instead of one snapshot, or auto:\n"
-                  "the fewest shards whose filters each fit at --fpp (one filter holds at most\n"
-                  "2^30 bits, about 1.1e8 digests at p = 0.01). --output names its manifest")
+                  "the fewest shards whose filters each fit at --fpp (one classic filter holds\n"
+                  "at most 2^30 bits, about 1.1e8 digests at p = 0.01; a blocked one 2^40 bits\n"
+                  "and 2^36 digests). Every shard takes the --layout. --output names its manifest")
       ->check(shards_validator());
   add_busy_timeout_option(*app, options->busy_timeout_ms);
   app->get_option("--busy-timeout")->needs(from_catalog);

@@ -227,9 +227,11 @@ Result<FilterSet> load_set_argument(const std::string& path, const LoadOptions& 
 Result<bool> names_filter_set(const std::string& path);
 
 // "--shards S|auto": the validator (1..65,536 or auto) and the count it
-// means for `spec` (choose_shard_count for auto, which may fail).
+// means for `spec` under hashProtocolVersion `protocol` (choose_shard_count
+// for auto, which may fail).
 CLI::Validator shards_validator();
-Result<std::uint32_t> shard_count_from_option(const std::string& shards, const BloomSpec& spec);
+Result<std::uint32_t> shard_count_from_option(const std::string& shards, const BloomSpec& spec,
+                                              std::uint32_t protocol = 1);
 
 // A data output: `path` written atomically (AtomicFile), or "-", standard
 // output, staged first: the data is kept in memory up to 1 MiB and beyond

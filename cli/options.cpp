@@ -32,8 +32,9 @@ CLI::Validator shards_validator() {
       "S|auto");
 }
 
-Result<std::uint32_t> shard_count_from_option(const std::string& shards, const BloomSpec& spec) {
-  if (shards == "auto") return choose_shard_count(spec);
+Result<std::uint32_t> shard_count_from_option(const std::string& shards, const BloomSpec& spec,
+                                              std::uint32_t protocol) {
+  if (shards == "auto") return choose_shard_count(spec, protocol);
   return static_cast<std::uint32_t>(std::stoul(shards));  // checked by shards_validator
 }
 

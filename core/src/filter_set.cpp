@@ -76,9 +76,33 @@ Error fpp_error(double p) {
 
 bool valid_fpp(double p) { return std::isfinite(p) && p > 0.0 && p < 1.0; }
 
+// One filter's limits under hashProtocolVersion `protocol` (its policy's
+// Probes: 2^30 digests and bits for the classic layout, 2^36 and 2^40 for the
+// one-line layout); the classic ones for a version outside the table (whose
+// builder fails on its own).
+struct FilterLimits {
+  std::uint64_t max_items = probe::kMaxExpectedItemCount;
+  std::uint64_t max_bits = probe::kMaxBitCount;
+  const char* max_items_text = "2^30";
+  const char* max_bits_text = "2^30";
+};
+FilterLimits limits_of(std::uint32_t protocol) {
+  FilterLimits limits;
+  probe::with_protocol(
+      protocol,
+      [&](auto policy) {
+        using Probes = typename decltype(policy)::Probes;
+        limits = {Probes::kMaxExpectedItemCount, Probes::kMaxBitCount,
+                  Probes::kMaxExpectedItemCountText, Probes::kMaxBitCountText};
+      },
+      [] {});
+  return limits;
+}
+
 // Whether shards designed for n_i digests at p fit the protocol.
-bool shard_fits(std::uint64_t shard_items, double p) {
-  return shard_items <= probe::kMaxExpectedItemCount && choose_layout({shard_items, p}).has_value();
+bool shard_fits(std::uint64_t shard_items, double p, std::uint32_t protocol) {
+  return shard_items <= limits_of(protocol).max_items &&
+         choose_layout({shard_items, p}, protocol).has_value();
 }
 
 // --- The partition step ---------------------------------------------------------
@@ -222,7 +246,8 @@ std::uint64_t shard_expected_item_count(std::uint64_t expected_item_count,
   return std::min(expected_item_count, q + 8 * ceil_sqrt(q) + 64);
 }
 
-Result<std::uint32_t> choose_shard_count(const BloomSpec& spec) {
+Result<std::uint32_t> choose_shard_count(const BloomSpec& spec, std::uint32_t protocol) {
+  const FilterLimits limits = limits_of(protocol);
   const std::uint64_t n = spec.expected_item_count;
   const double p = spec.target_fpp;
   if (n < 1 || n > kMaxSetExpectedItemCount) {
@@ -237,17 +262,18 @@ Result<std::uint32_t> choose_shard_count(const BloomSpec& spec) {
   const double ideal = -static_cast<double>(n) * std::log(p) / (ln2 * ln2);
   std::uint32_t shards = 1;
   if (std::isfinite(ideal)) {
-    const double lower = std::floor(ideal / static_cast<double>(probe::kMaxBitCount));
+    const double lower = std::floor(ideal / static_cast<double>(limits.max_bits));
     shards = static_cast<std::uint32_t>(std::clamp(lower, 1.0, double{kMaxShardCount}));
   } else {
     shards = kMaxShardCount;
   }
   for (; shards <= kMaxShardCount; ++shards) {
-    if (shard_fits(shard_expected_item_count(n, shards), p)) return shards;
+    if (shard_fits(shard_expected_item_count(n, shards), p, protocol)) return shards;
   }
   return fail(ErrorCode::kFilterTooLarge, "not even 65,536 shards hold n = " + commas(n) +
                                               " at p = " + rate_text(p) +
-                                              " (each filter holds at most 2^30 bits)");
+                                              " (each filter holds at most " +
+                                              limits.max_bits_text + " bits)");
 }
 
 // --- FilterSet -------------------------------------------------------------------
@@ -598,9 +624,12 @@ Result<FilterSetBuilder> FilterSetBuilder::create(const BloomSpec& spec, std::ui
   }
   if (!valid_fpp(spec.target_fpp)) return std::unexpected(fpp_error(spec.target_fpp));
   const std::uint64_t per_shard = abf::shard_expected_item_count(n, shard_count);
+  // The shards' limits and layout rule are those of the protocol they take.
+  const std::uint32_t protocol = options.resolved_protocol();
+  const FilterLimits limits = limits_of(protocol);
   const auto too_large = [&](const std::string& why) {
     std::string hint;
-    if (auto fewest = choose_shard_count(spec)) {
+    if (auto fewest = choose_shard_count(spec, protocol)) {
       hint = "; use at least " + std::to_string(*fewest) + " shards (--shards auto)";
     }
     return fail(ErrorCode::kFilterTooLarge,
@@ -608,12 +637,13 @@ Result<FilterSetBuilder> FilterSetBuilder::create(const BloomSpec& spec, std::ui
                     " shards gives each shard n_i = " + commas(per_shard) + " digests, " + why +
                     hint);
   };
-  if (per_shard > probe::kMaxExpectedItemCount) {
-    return too_large("more than the 2^30 one filter holds");
+  if (per_shard > limits.max_items) {
+    return too_large(std::string("more than the ") + limits.max_items_text + " one filter holds");
   }
   const BloomSpec shard_spec{per_shard, spec.target_fpp};
-  if (!choose_layout(shard_spec)) {
-    return too_large("more than a filter of 2^30 bits holds at p = " + rate_text(spec.target_fpp));
+  if (!choose_layout(shard_spec, protocol)) {
+    return too_large(std::string("more than a filter of ") + limits.max_bits_text +
+                     " bits holds at p = " + rate_text(spec.target_fpp));
   }
   state->shard_capacity = per_shard;
   state->builders.reserve(shard_count);

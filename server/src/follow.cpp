@@ -19,6 +19,8 @@
 #include <string>
 
 #include "abf/filter_set.hpp"
+#include "abf/probe.hpp"
+#include "abf/service/catalog_build.hpp"
 #include "abf/snapshot.hpp"
 #include "server_core.hpp"
 
@@ -85,7 +87,11 @@ Result<bool> Core::follow_tenant(Tenant& tenant) {
   if (serving.shard_count() == 1) {
     const Filter& base = serving.shard(0);
     Result<Filter> filter = std::unexpected(Error{ErrorCode::kInvalidArgument, ""});
-    if (lag->digests_removed == 0) {
+    // advance_filter keeps the classic layout of its key: a one-line base
+    // (protocols 3 and 4) takes the full build below, in its own protocol.
+    const bool classic = base.hash_protocol_version() == probe::kProtocolUnkeyed ||
+                         base.hash_protocol_version() == probe::kProtocolKeyed;
+    if (lag->digests_removed == 0 && classic) {
       filter = service::advance_filter(base, catalog, head, tenant.key, backend_);
       kind = "incremental";
       // A removal or a full capacity needs the full build below; anything
@@ -100,7 +106,7 @@ Result<bool> Core::follow_tenant(Tenant& tenant) {
       if (!count) return std::unexpected(count.error());
       filter = service::build_filter_from_catalog(
           catalog, head, spec_for(base.expected_item_count(), base.target_fpp(), *count),
-          tenant.key, backend_);
+          tenant.key, base.hash_protocol_version(), backend_);
       kind = "full";
       if (!filter) return std::unexpected(filter.error());
     }
@@ -113,7 +119,7 @@ Result<bool> Core::follow_tenant(Tenant& tenant) {
     if (!count) return std::unexpected(count.error());
     auto set = service::build_filter_set_from_catalog(
         catalog, head, spec_for(serving.expected_item_count(), serving.target_fpp(), *count),
-        serving.shard_count(), tenant.key, backend_);
+        serving.shard_count(), tenant.key, serving.hash_protocol_version(), backend_);
     if (!set) return std::unexpected(set.error());
     kind = "full";
     if (auto saved = save_filter_set(*set, tenant.config.snapshot); !saved) {

@@ -174,4 +174,15 @@ Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
       FilterSetBuilder::create(spec, shard_count, options_for(catalog, catalog_version, key)),
       backend);
 }
+
+Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
+                                                std::uint64_t catalog_version,
+                                                const BloomSpec& spec, std::uint32_t shard_count,
+                                                const std::optional<Key>& key,
+                                                std::uint32_t protocol, Backend backend) {
+  return fill_from_catalog(catalog, catalog_version, spec,
+                           FilterSetBuilder::create(
+                               spec, shard_count, options_for(catalog, catalog_version, key, protocol)),
+                           backend);
+}
 }  // namespace abf::service

@@ -248,6 +248,84 @@ class Follow(unittest.TestCase):
         self.assertEqual(kinds, ["incremental", "full"])
 
 
+class FollowOneLine(unittest.TestCase):
+    """`abf serve --follow` of a one-line snapshot or set (protocol 3, --layout
+    blocked) rebuilds it in its own protocol and shard count: the rebuilt
+    files are protocol 3, a single snapshot equals a fresh `abf build
+    --from-catalog --layout blocked` byte for byte, and every answer stays
+    exact."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="abf-serve-follow-blocked-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.catalog = support.Catalog(self.dir, expected_items=20000)
+        self.catalog.add(FIRST)  # version 1
+        self.session = requests.Session()
+        self.addCleanup(self.session.close)
+
+    def build(self, output, shards=None, version=None):
+        args = ["build", "--from-catalog", self.catalog.db, "--expected-items", 20000,
+                "--fpp", 0.01, "--layout", "blocked", "--output", output]
+        if shards:
+            args += ["--shards", shards]
+        if version is not None:
+            args += ["--catalog-version", version]
+        support.run_abf(*args)
+        return output
+
+    def inspect(self, path):
+        import json
+        return json.loads(support.run_abf("inspect", path, "--json").stdout)
+
+    def follow(self, snapshot, shards):
+        server = support.Server("--snapshot", snapshot, "--db", self.catalog.db,
+                                "--follow", "--follow-lag-versions", 1, "--idle-timeout", 2)
+        try:
+            version = self.catalog.add(support.digests("blocked-%s" % shards, 500,
+                                                       start=1000 * (shards or 1)))
+            seen = {}
+
+            def at_version():
+                seen.update(self.session.get(server.url + "/readyz",
+                                             timeout=10).json()["tenants"]["default"])
+                return seen["catalog_version"] == version and seen["lag"]["versions"] == 0
+
+            support.wait_until(at_version, what=lambda: "the rebuilt snapshot of version %d "
+                               "(last /readyz: %r)" % (version, seen))
+            truth = support.Truth(self.catalog.db)
+            asked = FIRST + NEVER + support.digests("blocked-%s" % shards, 500,
+                                                    start=1000 * (shards or 1))
+            missing, answered_version = find_missing(self.session, server.url, asked)
+            self.assertEqual(answered_version, version)
+            self.assertEqual(set(missing), set(truth.missing(asked, version)))
+        finally:
+            self.assertEqual(server.stop(), 0)
+        return version
+
+    def test_a_one_line_snapshot_is_rebuilt_in_protocol_3(self):
+        snapshot = self.build(os.path.join(self.dir, "one.abf"))
+        version = self.follow(snapshot, None)
+        info = self.inspect(snapshot)
+        self.assertEqual(info["hash_protocol_version"], 3)
+        self.assertEqual(info["catalog_version"], version)
+        fresh = self.build(os.path.join(self.dir, "fresh.abf"), version=version)
+        with open(fresh, "rb") as a, open(snapshot, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_a_one_line_set_is_rebuilt_with_its_shards_in_protocol_3(self):
+        snapshot = self.build(os.path.join(self.dir, "set.abfs"), shards=3)
+        version = self.follow(snapshot, 3)
+        info = self.inspect(snapshot)
+        self.assertEqual(info["hash_protocol_version"], 3)
+        self.assertEqual(info["shard_count"], 3)
+        self.assertEqual(info["catalog_version"], version)
+        fresh = self.inspect(self.build(os.path.join(self.dir, "fresh.abfs"), shards=3,
+                                        version=version))
+        self.assertEqual(info["content_fingerprint"], fresh["content_fingerprint"])
+        self.assertEqual([s["payload_checksum"] for s in info["shards"]],
+                         [s["payload_checksum"] for s in fresh["shards"]])
+
+
 def support_log_lines(server):
     import json
     return [json.loads(line) for line in server.last_log.splitlines() if line.startswith("{")]

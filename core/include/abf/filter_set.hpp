@@ -71,12 +71,13 @@ std::uint64_t shard_expected_item_count(std::uint64_t expected_item_count,
                                         std::uint32_t shard_count) noexcept;
 
 // `--shards auto`: the fewest shards S whose filters, each designed for
-// shard_expected_item_count(n, S) digests at p, fit the protocol
-// (m <= 2^30): 1 whenever one filter holds n at p, 3 for n = 3e8 at
-// p = 0.01. Errors: kInvalidExpectedItemCount (n = 0 or above
+// shard_expected_item_count(n, S) digests at p, fit hashProtocolVersion
+// `protocol` (classic 1 and 2: n_i <= 2^30 and m <= 2^30, so 3 for n = 3e8
+// at p = 0.01; one-line 3 and 4: n_i <= 2^36 and m <= 2^40): 1 whenever one
+// filter holds n at p. Errors: kInvalidExpectedItemCount (n = 0 or above
 // kMaxSetExpectedItemCount), kInvalidFalsePositiveRate, kFilterTooLarge (not
 // even 65,536 shards hold n at p).
-Result<std::uint32_t> choose_shard_count(const BloomSpec& spec);
+Result<std::uint32_t> choose_shard_count(const BloomSpec& spec, std::uint32_t protocol = 1);
 
 // An immutable filter set. Copies share the shards (reference counted), so a
 // copy is cheap, and any number of threads may query one set at once.
@@ -167,8 +168,10 @@ class FilterSetBuilder {
   // Errors, in order: kInvalidArgument (shard_count outside
   // 1..kMaxShardCount); the spec's (section 3: kInvalidExpectedItemCount for
   // n = 0 or above kMaxSetExpectedItemCount, kInvalidFalsePositiveRate); then
-  // kFilterTooLarge when n_i is above 2^30 or its layout does not fit
-  // (the message suggests more shards); a key that makes no scheme.
+  // kFilterTooLarge when n_i is above the protocol's limit (2^30; 2^36 for
+  // the one-line protocols 3 and 4) or its layout does not fit (the message
+  // suggests more shards); a key that makes no scheme. Every shard takes
+  // options.resolved_protocol(), with its limits and layout rule.
   static Result<FilterSetBuilder> create(const BloomSpec& spec, std::uint32_t shard_count,
                                          const BuildOptions& options = {});
 

@@ -66,5 +66,16 @@ Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
                                                 const BloomSpec& spec, std::uint32_t shard_count,
                                                 const std::optional<Key>& key,
                                                 Backend backend = Backend::kAuto);
+// The same under hashProtocolVersion `protocol` (BuildOptions::protocol: 3
+// or 4 for the blocked layout, with `key` for 4; kProtocolByKey the classic
+// choice by key), every shard of it. `abf build --from-catalog --layout
+// blocked --shards`, and `abf serve --follow` rebuilding a set in its own
+// protocol.
+Result<FilterSet> build_filter_set_from_catalog(SqliteCatalog& catalog,
+                                                std::uint64_t catalog_version,
+                                                const BloomSpec& spec, std::uint32_t shard_count,
+                                                const std::optional<Key>& key,
+                                                std::uint32_t protocol,
+                                                Backend backend = Backend::kAuto);
 
 }  // namespace abf::service
