@@ -225,9 +225,9 @@ def _by_location(collection: Any, sources: Sequence[Delayed]) -> list[int]:
 
 
 def _build_partial(digests: np.ndarray, expected_items: int, fpp: float, catalog_version: int,
-                   catalog_id: Any, key: Any, backend: str) -> _abf.Filter:
+                   catalog_id: Any, key: Any, backend: str, layout: str) -> _abf.Filter:
     return _abf.build(digests, expected_items, fpp, catalog_version=catalog_version,
-                      catalog_id=catalog_id, key=key, shards=1, backend=backend)
+                      catalog_id=catalog_id, key=key, shards=1, backend=backend, layout=layout)
 
 
 def _split_by_shard(digests: np.ndarray, shard_count: int) -> list[np.ndarray]:
@@ -260,7 +260,8 @@ def _key_argument(key: Any) -> _abf.Key | None:
 def build(collection: Any, expected_items: int, fpp: float, catalog_version: int = 0,
           catalog_id: Any = None, key: Any = None, shards: int | str = 1, *,
           column: str | None = None, split_every: int = 4,
-          backend: str = "auto", progress: bool = False) -> _abf.Filter | _abf.FilterSet:
+          backend: str = "auto", progress: bool = False,
+          layout: str = "classic") -> _abf.Filter | _abf.FilterSet:
     """Builds a filter (shards=1) or filter set of the collection's digests on Dask.
 
     Bit for bit ``abf.build(all_digests, expected_items, fpp, ...)``, whatever
@@ -274,6 +275,9 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
     collection already in the cluster's memory (``client.persist``) is
     reduced in the order of the workers that hold its partitions, so each
     worker first merges its own partials and few filters move between them.
+
+    ``layout`` is ``abf.build``'s: "classic" (the default) or "blocked" (hash
+    protocol 3, 4 with a key; every partial and every shard takes it).
 
     Runs on the current Dask scheduler (a ``distributed.Client`` once one is
     made). The spec is checked here first (abf.LayoutError); partitions then
@@ -290,7 +294,8 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
     # abf.build's own checks (spec, shard count, shard size, catalog id, key)
     # before any task runs; the empty filter is the answer for no partitions.
     empty = _abf.build([], expected_items, fpp, catalog_version=catalog_version,
-                       catalog_id=catalog_id, key=key, shards=shards, backend=backend)
+                       catalog_id=catalog_id, key=key, shards=shards, backend=backend,
+                       layout=layout)
     sources, convert = _sources(collection, column)
     if not sources:
         return empty
@@ -299,7 +304,7 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
     if isinstance(empty, _abf.Filter):
         del empty
         partials = [delayed(_build_partial, pure=True)(p, expected_items, fpp, catalog_version,
-                                                       catalog_id, key, backend)
+                                                       catalog_id, key, backend, layout)
                     for p in parts]
         (result,) = _compute(_tree_merge(partials, split_every), progress=progress)
         return result
@@ -311,7 +316,7 @@ def build(collection: Any, expected_items: int, fpp: float, catalog_version: int
         buckets = delayed(_split_by_shard, nout=shard_count, pure=True)(part, shard_count)
         for s in range(shard_count):
             per_shard[s].append(delayed(_build_partial, pure=True)(
-                buckets[s], shard_items, fpp, catalog_version, catalog_id, key, backend))
+                buckets[s], shard_items, fpp, catalog_version, catalog_id, key, backend, layout))
     shard_filters = _compute(*[_tree_merge(p, split_every) for p in per_shard],
                              progress=progress)
     return _abf.FilterSet.from_shards(list(shard_filters), expected_items)

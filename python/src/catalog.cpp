@@ -13,6 +13,7 @@
 #include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
 #include "abf/service/sqlite_catalog.hpp"
+#include "abf/service/catalog_build.hpp"
 #include "common.hpp"
 
 namespace abf::python {
@@ -182,7 +183,7 @@ py::array_t<std::uint8_t> all_digests(const PyCatalog& c, py::handle version) {
 
 py::object catalog_build(const PyCatalog& c, py::handle expected_items, py::handle fpp,
                          py::handle version, py::handle key, py::handle shards,
-                         py::handle backend) {
+                         py::handle backend, py::handle layout) {
   const auto held = c.get();
   SqliteCatalog& catalog = *held;
   const Backend engine = backend_from(backend);
@@ -190,6 +191,7 @@ py::object catalog_build(const PyCatalog& c, py::handle expected_items, py::hand
       count_from(expected_items, ErrorCode::kInvalidExpectedItemCount, "expected_items");
   const BloomSpec spec{n, real_from(fpp, "fpp")};
   std::optional<Key> k = key_from(key);
+  const std::uint32_t protocol = protocol_from_layout(layout, k.has_value());
   const std::uint64_t at = version_or_latest(catalog, version);
   std::uint32_t shard_count = 1;
   bool as_set = true;
@@ -197,7 +199,7 @@ py::object catalog_build(const PyCatalog& c, py::handle expected_items, py::hand
     if (shards.cast<std::string>() != "auto") {
       throw py::value_error("shards must be an int in 1..65536 or \"auto\"");
     }
-    shard_count = unwrap(choose_shard_count(spec));
+    shard_count = unwrap(choose_shard_count(spec, protocol));
   } else {
     const std::uint64_t count = count_from(shards, ErrorCode::kInvalidArgument, "shards");
     if (count < 1 || count > kMaxShardCount) {
@@ -210,13 +212,14 @@ py::object catalog_build(const PyCatalog& c, py::handle expected_items, py::hand
   if (!as_set) {
     Result<Filter> filter = [&] {
       py::gil_scoped_release release;
-      return service::build_filter_from_catalog(catalog, at, spec, k, engine);
+      return service::build_filter_from_catalog(catalog, at, spec, k, protocol, engine);
     }();
     return py::cast(PyFilter{unwrap(std::move(filter)), std::move(k)});
   }
   Result<FilterSet> set = [&] {
     py::gil_scoped_release release;
-    return service::build_filter_set_from_catalog(catalog, at, spec, shard_count, k, engine);
+    return service::build_filter_set_from_catalog(catalog, at, spec, shard_count, k, protocol,
+                                                  engine);
   }();
   return py::cast(PyFilterSet{unwrap(std::move(set)), std::move(k)});
 }
@@ -527,10 +530,10 @@ Writes the exact index (abf.Index, as `abf index`) of the catalog at version
 )doc")
       .def("build_filter", &catalog_build, py::arg("expected_items"), py::arg("fpp"),
            py::arg("version") = py::none(), py::arg("key") = py::none(), py::arg("shards") = 1,
-           py::arg("backend") = "auto", R"doc(
+           py::arg("backend") = "auto", py::arg("layout") = "classic", R"doc(
 The filter of the catalog at version (default: the latest), carrying that
 version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
-(or for "auto"), as abf.build.
+(or for "auto"), as abf.build; layout "classic" or "blocked" as abf.build.
 )doc")
       .def(
           "stats",

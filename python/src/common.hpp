@@ -103,6 +103,13 @@ py::object catalog_id_object(const CatalogId& id);
 Backend backend_from(const std::string& name);
 Backend backend_from(py::handle object, const char* what = "backend");
 
+// A layout argument, "classic" or "blocked", as the hashProtocolVersion it
+// makes with a key or without: classic 1 or 2, blocked (one line a digest)
+// 3 or 4. A TypeError for a non-str, a ValueError for another name.
+std::uint32_t protocol_from_layout(py::handle layout, bool keyed);
+// "classic" or "blocked": the layout of hashProtocolVersion `protocol`.
+const char* layout_name(std::uint32_t protocol);
+
 // What a wrong argument is, for a TypeError: its type, and for an array its
 // shape and dtype ("a numpy.ndarray of shape (3, 32) and dtype float64"),
 // never its contents (an argument may be gigabytes of digests).

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "abf/blocked.hpp"
 #include "common.hpp"
 
 namespace abf::python {
@@ -314,6 +315,17 @@ Backend backend_from(py::handle object, const char* what) {
 }
 
 Backend backend_from(const std::string& name) { return unwrap(parse_backend(name)); }
+
+std::uint32_t protocol_from_layout(py::handle layout, bool keyed) {
+  const std::string name = string_from(layout, "layout");
+  if (name == "classic") return keyed ? probe::kProtocolKeyed : probe::kProtocolUnkeyed;
+  if (name == "blocked") return keyed ? blocked::kProtocolBlockedKeyed : blocked::kProtocolBlocked;
+  throw py::value_error("layout must be \"classic\" or \"blocked\", not \"" + name + "\"");
+}
+
+const char* layout_name(std::uint32_t protocol) {
+  return blocked::is_blocked_protocol(protocol) ? "blocked" : "classic";
+}
 
 std::filesystem::path path_from(py::handle object, const char* what) {
   py::module_ os = py::module_::import("os");

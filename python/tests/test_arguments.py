@@ -64,6 +64,7 @@ def test_a_wrong_type_names_type_shape_and_dtype(keyed_world):
         "build catalog_version": lambda: abf.build(digests, 1000, 0.01, catalog_version=big),
         "build shards": lambda: abf.build(digests, 1000, 0.01, shards=big),
         "build backend": lambda: abf.build(digests, 1000, 0.01, backend=big),
+        "build layout": lambda: abf.build(digests, 1000, 0.01, layout=big),
         "choose_layout": lambda: abf.choose_layout(1000, big),
         "choose_shard_count": lambda: abf.choose_shard_count(big, 0.01),
         "shard_expected_item_count": lambda: abf.shard_expected_item_count(1000, big),
@@ -122,7 +123,8 @@ def test_arguments_no_signature_takes_are_named_not_printed(keyed_world):
     big = marked()
     calls = {
         "build shard=": lambda: abf.build(big, 1000, 0.01, shard=2),
-        "build too many": lambda: abf.build(big, 1000, 0.01, 0, None, None, 1, "auto", big),
+        "build too many": lambda: abf.build(big, 1000, 0.01, 0, None, None, 1, "auto", "classic",
+                                            big),
         "Filter.query bogus=": lambda: f.query(big, bogus=big),
         "FilterSet.query too many": lambda: s.query(big, None, "auto", big),
         "Filter.query unbound": lambda: abf.Filter.query(big),

@@ -128,6 +128,28 @@ def test_sets_are_reduced_shard_by_shard(client):
     assert abf.dask.build(bag, 90_000, 0.01, catalog_version=2, shards=3) == reference
 
 
+def test_blocked_builds_and_sets_are_bit_identical_to_one_process(client):
+    """layout="blocked" (protocol 3, 4 with a key): every partitioning gives
+    abf.build's filter byte for byte, and a set's shards are the one-process
+    set's, reduced shard by shard."""
+    d = random_digests(30_000, seed=50)
+    for key in (None, abf.Key.generate()):
+        reference = abf.build(d, 40_000, 0.01, catalog_version=4, key=key, layout="blocked")
+        assert reference.hash_protocol_version == (3 if key is None else 4)
+        for chunk_count, partitions in ((1, 1), (7, 4), (30, 12)):
+            f = abf.dask.build(chunks_bag(d, chunk_count, partitions), 40_000, 0.01,
+                               catalog_version=4, key=key, layout="blocked")
+            assert f.layout == "blocked" and f.to_bytes() == reference.to_bytes(), partitions
+        bag = chunks_bag(d, 12, 6)
+        sharded = abf.build(d, 40_000, 0.01, key=key, shards=3, layout="blocked")
+        s = abf.dask.build(bag, 40_000, 0.01, key=key, shards=3, layout="blocked")
+        assert isinstance(s, abf.FilterSet) and s.layout == "blocked" and s == sharded
+        for mine, theirs in zip(s.shards, sharded.shards):
+            assert mine.to_bytes() == theirs.to_bytes()
+    # A classic reference differs: the layout reached every partial.
+    assert abf.dask.build(chunks_bag(d, 4, 2), 40_000, 0.01).layout == "classic"
+
+
 def test_dask_builds_carry_the_vectors_fingerprint(client):
     """Issue 22: a Dask build (partitions merged, and a sharded one) has
     the fingerprint of tests/data/vectors/fingerprint.tsv for member-10000,
