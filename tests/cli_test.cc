@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <string>
 #include <utility>
@@ -721,8 +722,68 @@ TEST_F(CliTest, DemoRunsTheMainJobOnASmallSet) {
   const CliRun run = abf("demo --items 20000 --fpp 0.01 --skip-dedup");
   ASSERT_EQ(run.status, 0) << run.err;
   for (const char* needle : {"layout", "fill ratio", "estimated", "observed", "resolution",
-                             "false negatives     0 of", "simd"}) {
+                             "false negatives     0 of", "simd", "layouts side by side",
+                             "bits/digest  modeled fpp  observed fpp", "\n  classic  1  ",
+                             "\n  blocked  3  "}) {
     EXPECT_NE(run.out.find(needle), std::string::npos) << needle << "\n" << run.out;
+  }
+}
+
+// The side-by-side rows are the golden builds: n = 1,000 members at p = 0.01
+// (vectors/builds.tsv for classic, vectors/v3/builds-v3.tsv for blocked),
+// their false positives among the first 1,000 non-members, and the model.
+TEST_F(CliTest, DemoShowsClassicAndBlockedSideBySideAsTheirGoldenBuilds) {
+  const CliRun run = abf("demo --items 1000 --fpp 0.01 --skip-dedup --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto json = nlohmann::json::parse(run.out);
+  const nlohmann::json& layouts = json["layouts"];
+  ASSERT_EQ(layouts.size(), 2u) << run.out;
+  struct Golden {
+    std::uint64_t bit_count = 0;
+    std::uint32_t hash_count = 0;
+    std::uint64_t false_positives = 0;
+  };
+  const auto golden_of = [](const std::vector<std::string>& row, std::size_t m_column,
+                            std::size_t fp_column) {
+    Golden g{std::stoull(row[m_column]), static_cast<std::uint32_t>(std::stoul(row[m_column + 1]))};
+    for (const auto i : test::split_numbers(row.size() > fp_column ? row[fp_column] : "")) {
+      g.false_positives += i < 1000;
+    }
+    return g;
+  };
+  std::optional<Golden> classic;
+  std::optional<Golden> one_line;
+  for (const auto& row : test::read_tsv("vectors/builds.tsv")) {
+    if (row[0] == "1000" && row[1] == "1000") classic = golden_of(row, 3, 7);
+  }
+  for (const auto& row : test::read_tsv("vectors/v3/builds-v3.tsv")) {
+    if (row[0] == "3" && row[2] == "1000" && row[3] == "1000") one_line = golden_of(row, 5, 9);
+  }
+  ASSERT_TRUE(classic && one_line);
+  const std::vector<std::pair<std::string, Golden>> expected = {{"classic", *classic},
+                                                                {"blocked", *one_line}};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& row = layouts[i];
+    SCOPED_TRACE(expected[i].first);
+    EXPECT_EQ(row["layout"], expected[i].first);
+    EXPECT_EQ(row["hash_protocol_version"], i == 0 ? 1 : 3);
+    EXPECT_EQ(row["bit_count"], expected[i].second.bit_count);
+    EXPECT_EQ(row["hash_count"], expected[i].second.hash_count);
+    EXPECT_DOUBLE_EQ(row["bits_per_digest"].get<double>(),
+                     static_cast<double>(expected[i].second.bit_count) / 1000);
+    EXPECT_EQ(row["false_positives"], expected[i].second.false_positives);
+    EXPECT_DOUBLE_EQ(row["observed_fpp"].get<double>(),
+                     static_cast<double>(expected[i].second.false_positives) / 1000);
+    EXPECT_EQ(row["false_negatives"], 0);
+    // The model of the filter the library builds of the same digests.
+    BuildOptions options;
+    options.protocol = row["hash_protocol_version"].get<std::uint32_t>();
+    auto built = build_filter(test::member_digests(1000), {1000, 0.01}, options);
+    ASSERT_TRUE(built);
+    EXPECT_DOUBLE_EQ(row["estimated_fpp"].get<double>(), built->estimate_false_positive_rate());
+    for (const char* rate : {"build_per_second", "absent_per_second", "present_per_second"}) {
+      EXPECT_GT(row[rate].get<double>(), 0.0) << rate;
+    }
   }
 }
 
