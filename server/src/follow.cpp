@@ -19,7 +19,6 @@
 #include <string>
 
 #include "abf/filter_set.hpp"
-#include "abf/probe.hpp"
 #include "abf/service/catalog_build.hpp"
 #include "abf/snapshot.hpp"
 #include "server_core.hpp"
@@ -87,11 +86,9 @@ Result<bool> Core::follow_tenant(Tenant& tenant) {
   if (serving.shard_count() == 1) {
     const Filter& base = serving.shard(0);
     Result<Filter> filter = std::unexpected(Error{ErrorCode::kInvalidArgument, ""});
-    // advance_filter keeps the classic layout of its key: a one-line base
-    // (protocols 3 and 4) takes the full build below, in its own protocol.
-    const bool classic = base.hash_protocol_version() == probe::kProtocolUnkeyed ||
-                         base.hash_protocol_version() == probe::kProtocolKeyed;
-    if (lag->digests_removed == 0 && classic) {
+    // Both paths keep base's protocol (advance_filter builds the added
+    // digests in it; the full build is asked for it).
+    if (lag->digests_removed == 0) {
       filter = service::advance_filter(base, catalog, head, tenant.key, backend_);
       kind = "incremental";
       // A removal or a full capacity needs the full build below; anything

@@ -251,9 +251,9 @@ class Follow(unittest.TestCase):
 class FollowOneLine(unittest.TestCase):
     """`abf serve --follow` of a one-line snapshot or set (protocol 3, --layout
     blocked) rebuilds it in its own protocol and shard count: the rebuilt
-    files are protocol 3, a single snapshot equals a fresh `abf build
-    --from-catalog --layout blocked` byte for byte, and every answer stays
-    exact."""
+    files are protocol 3, a single snapshot (advanced incrementally) equals a
+    fresh `abf build --from-catalog --layout blocked` byte for byte, and every
+    answer stays exact."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="abf-serve-follow-blocked-")
@@ -277,7 +277,7 @@ class FollowOneLine(unittest.TestCase):
         import json
         return json.loads(support.run_abf("inspect", path, "--json").stdout)
 
-    def follow(self, snapshot, shards):
+    def follow(self, snapshot, shards, kind):
         server = support.Server("--snapshot", snapshot, "--db", self.catalog.db,
                                 "--follow", "--follow-lag-versions", 1, "--idle-timeout", 2)
         try:
@@ -300,11 +300,14 @@ class FollowOneLine(unittest.TestCase):
             self.assertEqual(set(missing), set(truth.missing(asked, version)))
         finally:
             self.assertEqual(server.stop(), 0)
+        kinds = [line["kind"] for line in support_log_lines(server)
+                 if line.get("event") == "snapshot_rebuilt"]
+        self.assertEqual(kinds, [kind])
         return version
 
     def test_a_one_line_snapshot_is_rebuilt_in_protocol_3(self):
         snapshot = self.build(os.path.join(self.dir, "one.abf"))
-        version = self.follow(snapshot, None)
+        version = self.follow(snapshot, None, "incremental")
         info = self.inspect(snapshot)
         self.assertEqual(info["hash_protocol_version"], 3)
         self.assertEqual(info["catalog_version"], version)
@@ -314,7 +317,7 @@ class FollowOneLine(unittest.TestCase):
 
     def test_a_one_line_set_is_rebuilt_with_its_shards_in_protocol_3(self):
         snapshot = self.build(os.path.join(self.dir, "set.abfs"), shards=3)
-        version = self.follow(snapshot, 3)
+        version = self.follow(snapshot, 3, "full")
         info = self.inspect(snapshot)
         self.assertEqual(info["hash_protocol_version"], 3)
         self.assertEqual(info["shard_count"], 3)
