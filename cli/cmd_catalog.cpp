@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
+#include "abf/service/report_fields.hpp"
 #include "abf/service/sqlite_catalog.hpp"
 #include "command.hpp"
 #include "common.hpp"
@@ -105,12 +106,15 @@ int run_change(const CatalogOptions& options, bool adding) {
   if (!change) return report(name, change.error());
   std::string out;
   if (options.json) {
-    out = json_text({{"db", options.db},
-                     {"operation", adding ? "add" : "remove"},
-                     {"catalog_version", change->version},
-                     {"read", change->requested},
-                     {adding ? "added" : "removed", change->changed},
-                     {adding ? "already_present" : "not_present", change->unchanged}});
+    // The names abf.Catalog.add and remove return too (report_fields.hpp).
+    namespace f = service::fields;
+    const f::ChangeNames& names = adding ? f::kAdd : f::kRemove;
+    out = json_text({{f::kDb, options.db},
+                     {f::kOperation, names.operation},
+                     {f::kCatalogVersion, change->version},
+                     {f::kRead, change->requested},
+                     {names.changed, change->changed},
+                     {names.unchanged, change->unchanged}});
   } else {
     out = std::to_string(change->version) + "\n";
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abf/abf.hpp"
+#include "abf/service/report_fields.hpp"
 #include "command.hpp"
 #include "common.hpp"
 
@@ -21,11 +22,8 @@ struct InspectOptions {
   bool json = false;
 };
 
-std::string hex64(std::uint64_t value) {
-  char text[19];
-  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
+// As Filter.info shows them too (report_fields.hpp).
+std::string hex64(std::uint64_t value) { return service::fields::checksum_hex(value); }
 
 // The content fingerprint as inspect shows it: 32 hex digits, or null /
 // "none" for a file that does not carry one.

@@ -1,11 +1,11 @@
 """Type stubs of abf._abf, the extension module that abf re-exports."""
 
 import os
-from typing import Any, Iterable, Literal, Sequence, overload
+# Python 3.10's typing only (no typing_extensions: Debian's Python 3.11 lacks it).
+from typing import Any, Iterable, Literal, Sequence, TypeAlias, TypedDict, overload
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import TypeAlias
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 # Digests: a uint8 array of shape (N, 32) (or (N * 32,), or 1-D "S32"/"V32"),
@@ -159,14 +159,34 @@ class Index:
     def __contains__(self, digest: object) -> bool: ...
     def digests(self) -> npt.NDArray[np.uint8]: ...
 
+class CatalogAdded(TypedDict):
+    """Catalog.add's result: the keys and values of `abf catalog add --json`."""
+
+    db: str
+    operation: Literal["add"]
+    catalog_version: int
+    read: int
+    added: int
+    already_present: int
+
+class CatalogRemoved(TypedDict):
+    """Catalog.remove's result: the keys and values of `abf catalog remove --json`."""
+
+    db: str
+    operation: Literal["remove"]
+    catalog_version: int
+    read: int
+    removed: int
+    not_present: int
+
 class Catalog:
     """The SQLite catalog: the exact store, version by version."""
 
     def __init__(self, path: PathLike, read_only: bool = False) -> None: ...
     @staticmethod
     def create(path: PathLike) -> Catalog: ...
-    def add(self, digests: Digests) -> dict[str, int]: ...
-    def remove(self, digests: Digests) -> dict[str, int]: ...
+    def add(self, digests: Digests) -> CatalogAdded: ...
+    def remove(self, digests: Digests) -> CatalogRemoved: ...
     @property
     def version(self) -> int: ...
     @property

@@ -8,6 +8,9 @@ is ``"<code>: <message>"``, as the ``abf`` command prints it.
 
 from __future__ import annotations
 
+import errno as _errno
+import os as _os
+
 __all__ = [
     "Error",
     "LayoutError",
@@ -21,6 +24,7 @@ __all__ = [
     "InvalidArgumentError",
     "BackendError",
     "CatalogStoreError",
+    "CatalogNotFoundError",
     "error_class",
 ]
 
@@ -88,6 +92,23 @@ class BackendError(Error):
 
 class CatalogStoreError(Error):
     """catalog_error: the exact store (the SQLite catalog) failed."""
+
+
+class CatalogNotFoundError(CatalogStoreError, FileNotFoundError):
+    """catalog_error for a catalog file that does not exist (abf.Catalog,
+    abf.dedup): a CatalogStoreError and a FileNotFoundError, with ``errno``
+    ENOENT and ``filename`` the path, so ``except FileNotFoundError`` and
+    ``except OSError`` catch it as they catch ``open``'s."""
+
+    def __init__(self, message: str, code: str = "catalog_error",
+                 filename: str | None = None) -> None:
+        super().__init__(message, code)
+        self.errno = _errno.ENOENT
+        self.strerror = _os.strerror(_errno.ENOENT)
+        self.filename = filename
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.code, self.filename))
 
 
 _BY_CODE = {

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence, TypeVar, Union, overload
 
 import numpy as np
 
@@ -44,6 +44,23 @@ from dask.delayed import Delayed, delayed
 
 from . import _abf
 from ._errors import DigestError
+
+if TYPE_CHECKING:
+    import dask.array as da
+    import dask.dataframe as dd
+    from distributed import Client
+
+    # What abf.dask takes as digests: a Bag, a dask Array, a DataFrame (with
+    # column=) or a Series, or a list of Delayed chunks.
+    Collection = Union[db.Bag, da.Array, dd.DataFrame, dd.Series, Sequence[Delayed]]
+
+# abf.build's and abf.dedup's argument types (as in _abf.pyi).
+FilterLike = Union[_abf.Filter, _abf.FilterSet]
+KeyLike = Union[_abf.Key, bytes, bytearray, memoryview]
+PathLike = Union[str, "os.PathLike[str]"]
+# abf.dedup's counts: ints, the ratios floats, "filter" a bool.
+Counts = dict[str, Union[int, float, bool]]
+_T = TypeVar("_T")
 
 __all__ = ["build", "find_missing", "partitions", "release_worker_buffers"]
 
@@ -92,15 +109,17 @@ def _hex_digest(text: str) -> bytes:
         raise DigestError(f"{text[:80]!r} is not 64 hex digits", "invalid_digest") from None
 
 
-def _digests_of(part: Any) -> np.ndarray:
+def _digests_of(part: object) -> np.ndarray:
     """One (n, 32) uint8 array of a partition's items."""
     if isinstance(part, np.ndarray) and part.dtype != object:
         return _rows(part)
     if hasattr(part, "to_numpy") and not isinstance(part, np.ndarray):  # pandas
-        part = part.to_numpy()
-        if part.dtype != object:
-            return _rows(part)
-        part = part.tolist()
+        values = part.to_numpy()
+        if values.dtype != object:
+            return _rows(values)
+        part = values.tolist()
+    if not isinstance(part, Iterable):
+        raise TypeError(f"a partition of a {type(part).__name__}; expected digests")
     arrays: list[np.ndarray] = []
     run: list[bytes] = []
 
@@ -134,7 +153,8 @@ def _digests_of(part: Any) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def _sources(collection: Any, column: str | None) -> tuple[list[Delayed], Any]:
+def _sources(collection: Collection,
+             column: str | None) -> tuple[list[Delayed], Callable[..., np.ndarray]]:
     """The collection's partitions as Delayed, and what turns one into digests."""
     import dask.array as da
 
@@ -175,7 +195,7 @@ def _sources(collection: Any, column: str | None) -> tuple[list[Delayed], Any]:
     )
 
 
-def partitions(collection: Any, column: str | None = None) -> list[Delayed]:
+def partitions(collection: Collection, column: str | None = None) -> list[Delayed]:
     """The collection's partitions as Delayed (n, 32) uint8 arrays, in order.
 
     Each array is made on the worker that computes its partition.
@@ -184,7 +204,7 @@ def partitions(collection: Any, column: str | None = None) -> list[Delayed]:
     return [delayed(convert, pure=True)(p) for p in sources]
 
 
-def _by_location(collection: Any, sources: Sequence[Delayed]) -> list[int]:
+def _by_location(collection: Collection, sources: Sequence[Delayed]) -> list[int]:
     """Partition indices, those held by one worker next to each other.
 
     For a collection already in the cluster's memory (client.persist), so
@@ -225,7 +245,8 @@ def _by_location(collection: Any, sources: Sequence[Delayed]) -> list[int]:
 
 
 def _build_partial(digests: np.ndarray, expected_items: int, fpp: float, catalog_version: int,
-                   catalog_id: Any, key: Any, backend: str, layout: str) -> _abf.Filter:
+                   catalog_id: bytes | str | None, key: _abf.Key | None, backend: str,
+                   layout: str) -> _abf.Filter:
     return _abf.build(digests, expected_items, fpp, catalog_version=catalog_version,
                       catalog_id=catalog_id, key=key, shards=1, backend=backend, layout=layout)
 
@@ -236,7 +257,7 @@ def _split_by_shard(digests: np.ndarray, shard_count: int) -> list[np.ndarray]:
     return _abf._split_by_shard(digests, shard_count)
 
 
-def _one(value: Any) -> list[Any]:
+def _one(value: _T) -> list[_T]:
     return [value]
 
 
@@ -245,20 +266,21 @@ def _merge_list(filters: Iterable[_abf.Filter]) -> _abf.Filter:
     return filters[0] if len(filters) == 1 else _abf.merge(filters)
 
 
-def _tree_merge(partials: Sequence[Delayed], split_every: int):
+def _tree_merge(partials: Sequence[Delayed], split_every: int) -> db.Item:
     """Dask's tree reduction of partial filters (split_every inputs a task)."""
     bag = db.from_delayed([delayed(_one, pure=True)(p) for p in partials])
     return bag.reduction(_merge_list, _merge_list, split_every=split_every)
 
 
-def _key_argument(key: Any) -> _abf.Key | None:
+def _key_argument(key: KeyLike | None) -> _abf.Key | None:
     if key is None or isinstance(key, _abf.Key):
         return key
     return _abf.Key(key)
 
 
-def build(collection: Any, expected_items: int, fpp: float, catalog_version: int = 0,
-          catalog_id: Any = None, key: Any = None, shards: int | str = 1, *,
+def build(collection: Collection, expected_items: int, fpp: float, catalog_version: int = 0,
+          catalog_id: bytes | str | None = None, key: KeyLike | None = None,
+          shards: int | str = 1, *,
           column: str | None = None, split_every: int = 4,
           backend: str = "auto", progress: bool = False,
           layout: str = "classic") -> _abf.Filter | _abf.FilterSet:
@@ -354,8 +376,8 @@ def _worker_index(path: str) -> _abf.Index:
         return index
 
 
-def _dedup_partition(digests: np.ndarray, filter: Any, catalog_path: str,
-                     backend: str, index_path: str | None = None) -> tuple[np.ndarray, dict]:
+def _dedup_partition(digests: np.ndarray, filter: FilterLike, catalog_path: str,
+                     backend: str, index_path: str | None = None) -> tuple[np.ndarray, Counts]:
     index = _worker_index(index_path) if index_path is not None else None
     return _abf.dedup(digests, filter, _worker_catalog(catalog_path), return_counts=True,
                       backend=backend, index=index)
@@ -374,7 +396,7 @@ def _first_occurrences(digests: np.ndarray) -> np.ndarray:
 _SUMMED = ("total", "present", "negative", "maybe", "false_positives", "exact_lookups")
 
 
-def _default_client():
+def _default_client() -> Client | None:
     try:
         from distributed import get_client
     except ImportError:  # pragma: no cover - dask without distributed
@@ -385,7 +407,7 @@ def _default_client():
         return None
 
 
-def _compute(*collections: Any, progress: bool = False) -> tuple:
+def _compute(*collections: object, progress: bool = False) -> tuple[object, ...]:
     """dask.compute of the collections, with Dask's own progress bar when
     asked: ``distributed.progress`` under a distributed client (a console bar
     on stdout that returns when the work is done; a widget in a notebook),
@@ -403,9 +425,33 @@ def _compute(*collections: Any, progress: bool = False) -> tuple:
     return tuple(client.gather(futures))
 
 
-def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any = None,
-                 column: str | None = None, client: Any = None, return_counts: bool = False,
-                 backend: str = "auto", index: Any = None, progress: bool = False) -> Any:
+@overload
+def find_missing(candidates: Collection, filter_or_set: FilterLike | PathLike,
+                 catalog: _abf.Catalog | PathLike, *, key: KeyLike | None = None,
+                 column: str | None = None, client: Client | None = None,
+                 return_counts: Literal[False] = False, backend: str = "auto",
+                 index: _abf.Index | PathLike | None = None, progress: bool = False,
+                 compute: Literal[True] = True) -> np.ndarray: ...
+@overload
+def find_missing(candidates: Collection, filter_or_set: FilterLike | PathLike,
+                 catalog: _abf.Catalog | PathLike, *, key: KeyLike | None = None,
+                 column: str | None = None, client: Client | None = None,
+                 return_counts: Literal[True], backend: str = "auto",
+                 index: _abf.Index | PathLike | None = None, progress: bool = False,
+                 compute: Literal[True] = True) -> tuple[np.ndarray, Counts]: ...
+@overload
+def find_missing(candidates: Collection, filter_or_set: FilterLike | PathLike,
+                 catalog: _abf.Catalog | PathLike, *, key: KeyLike | None = None,
+                 column: str | None = None, client: Client | None = None,
+                 return_counts: bool = False, backend: str = "auto",
+                 index: _abf.Index | PathLike | None = None, progress: bool = False,
+                 compute: Literal[False]) -> Delayed: ...
+def find_missing(candidates: Collection, filter_or_set: FilterLike | PathLike,
+                 catalog: _abf.Catalog | PathLike, *, key: KeyLike | None = None,
+                 column: str | None = None, client: Client | None = None,
+                 return_counts: bool = False, backend: str = "auto",
+                 index: _abf.Index | PathLike | None = None, progress: bool = False,
+                 compute: bool = True) -> np.ndarray | tuple[np.ndarray, Counts] | Delayed:
     """Bulk dedup on Dask: the candidates not in the catalog, in order, each once.
 
     The filter (a Filter, a FilterSet, or a path loaded here with ``key``) is
@@ -435,6 +481,14 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
 
     ``progress=True`` shows Dask's progress bar while the partitions are
     answered (as ``build``'s); nothing is shown by default.
+
+    ``compute=False`` runs nothing: it returns a ``dask.delayed`` object
+    (``Delayed``) of the same answer, the array (or the pair with
+    ``return_counts``) once computed (``.compute()``, ``dask.compute``, or
+    ``client.compute``), so it can join a larger graph. The checks against
+    the catalog here still run first, and under a client the filter is
+    scattered now; ``progress`` is then ignored (show the bar around the
+    compute instead).
     """
     if isinstance(filter_or_set, (_abf.Filter, _abf.FilterSet)):
         filter = filter_or_set
@@ -459,6 +513,11 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     shipped = client.scatter(filter, broadcast=True, hash=False) if client is not None else filter
     tasks = [delayed(_dedup_partition, pure=True)(p, shipped, path, backend, index_path)
              for p in parts]
+    with_index = index_path is not None
+    if not compute:
+        return delayed(_combine, pure=True)(tasks, filter.catalog_version, with_index,
+                                            return_counts)
+    results: Sequence[tuple[np.ndarray, Counts]]
     if client is not None:
         futures = client.compute(tasks)
         if progress:
@@ -466,7 +525,13 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
             show_progress(futures)
         results = client.gather(futures)
     else:
-        results = _compute(*tasks, progress=progress)
+        results = _compute(*tasks, progress=progress)  # type: ignore[assignment]
+    return _combine(results, filter.catalog_version, with_index, return_counts)
+
+
+def _combine(results: Sequence[tuple[np.ndarray, Counts]], filter_version: int,
+             with_index: bool, return_counts: bool) -> np.ndarray | tuple[np.ndarray, Counts]:
+    """find_missing's answer from its partitions' (missing, counts)."""
     if results:
         missing = _first_occurrences(np.concatenate([r[0] for r in results]))
     else:
@@ -474,19 +539,20 @@ def find_missing(candidates: Any, filter_or_set: Any, catalog: Any, *, key: Any 
     if not return_counts:
         return missing
     oldest = min((int(r[1]["catalog_version"]) for r in results), default=None)
-    counts: dict[str, Any] = {
-        "catalog_version": filter.catalog_version if oldest is None else oldest, "filter": True}
+    counts: Counts = {
+        "catalog_version": filter_version if oldest is None else oldest, "filter": True}
     for name in _SUMMED:
         counts[name] = sum(int(r[1][name]) for r in results)
-    if index_path is not None and results:
+    if with_index and results:
         counts["index_version"] = min(int(r[1]["index_version"]) for r in results)
         for name in ("index_lookups", "store_lookups"):
             counts[name] = sum(int(r[1][name]) for r in results)
+    total, present = int(counts["total"]), int(counts["present"])
+    exact, negative = int(counts["exact_lookups"]), int(counts["negative"])
+    fp, maybe = int(counts["false_positives"]), int(counts["maybe"])
     counts["new"] = len(missing)
-    counts["repeats"] = counts["total"] - counts["present"] - counts["new"]
-    counts["exact_lookups_avoided"] = counts["total"] - counts["exact_lookups"]
-    total, negative = counts["total"], counts["negative"]
-    fp, maybe = counts["false_positives"], counts["maybe"]
+    counts["repeats"] = total - present - len(missing)
+    counts["exact_lookups_avoided"] = total - exact
     counts["negative_bypass_ratio"] = negative / total if total else 0.0
     counts["observed_false_positive_rate"] = fp / (negative + fp) if negative + fp else 0.0
     counts["false_discovery_ratio"] = fp / maybe if maybe else 0.0
@@ -498,7 +564,7 @@ def _release_cached_buffers() -> None:
     _abf.release_cached_buffers()
 
 
-def release_worker_buffers(client: Any = None) -> None:
+def release_worker_buffers(client: Client | None = None) -> None:
     """Frees the library's cached build scratch (up to 256 MiB) on every worker.
 
     A worker keeps it after a build for the next one; between jobs, this

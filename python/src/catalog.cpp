@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "abf/service/exact_index.hpp"
+#include "abf/service/report_fields.hpp"
 #include "abf/service/service.hpp"
 #include "abf/service/snapshot_publisher.hpp"
 #include "abf/service/sqlite_catalog.hpp"
@@ -85,13 +86,44 @@ std::uint64_t version_or_latest(SqliteCatalog& catalog, py::handle version) {
   return count_from(version, ErrorCode::kInvalidArgument, "version");
 }
 
-py::dict change_dict(const service::CatalogChange& c) {
+// The keys and values of `abf catalog add|remove --json` (report_fields.hpp).
+py::dict change_dict(const service::CatalogChange& c, const std::filesystem::path& db,
+                     const service::fields::ChangeNames& names) {
+  namespace f = service::fields;
   py::dict d;
-  d["version"] = c.version;
-  d["requested"] = c.requested;
-  d["changed"] = c.changed;
-  d["unchanged"] = c.unchanged;
+  d[f::kDb] = db.string();
+  d[f::kOperation] = names.operation;
+  d[f::kCatalogVersion] = c.version;
+  d[f::kRead] = c.requested;
+  d[names.changed] = c.changed;
+  d[names.unchanged] = c.unchanged;
   return d;
+}
+
+// Opens the catalog at `path`; one that does not exist raises
+// abf.CatalogNotFoundError (a CatalogStoreError and a FileNotFoundError,
+// with errno and filename), without the CLI's advice.
+SqliteCatalog open_catalog(const std::filesystem::path& path,
+                           const service::CatalogOpenOptions& options) {
+  Result<SqliteCatalog> c = [&] {
+    py::gil_scoped_release release;
+    return SqliteCatalog::open(path, options);
+  }();
+  std::error_code ec;
+  if (!c && c.error().code == ErrorCode::kCatalog &&
+      !std::filesystem::exists(std::filesystem::status(path, ec))) {
+    py::object cls = py::module_::import("abf._errors").attr("CatalogNotFoundError");
+    py::object filename = py::module_::import("os").attr("fsdecode")(py::bytes(path.native()));
+    const std::string text =
+        "catalog " + path.string() + ": no such file (abf.Catalog.create makes a new one)";
+    py::object message = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+        text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace"));
+    if (!message) throw py::error_already_set();
+    py::object error = cls(message, "catalog_error", filename);
+    PyErr_SetObject(cls.ptr(), error.ptr());
+    throw py::error_already_set();
+  }
+  return unwrap(std::move(c));
 }
 
 py::dict counts_dict(const service::BatchCounts& c, std::uint64_t written,
@@ -299,11 +331,8 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
     service::CatalogOpenOptions options;
     options.read_only = true;
     const auto path = path_from(catalog_arg, "catalog");
-    Result<SqliteCatalog> c = [&] {
-      py::gil_scoped_release release;
-      return SqliteCatalog::open(path, options);
-    }();
-    opened = py::cast(PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), path, true});
+    opened = py::cast(
+        PyCatalog{std::make_shared<SqliteCatalog>(open_catalog(path, options)), path, true});
     catalog_arg = opened;
   }
   const auto held = catalog_arg.cast<const PyCatalog&>().get();
@@ -401,11 +430,8 @@ SQLite's message. Use as a context manager, or close().
              // Read-only until the first write (PyCatalog::for_writing).
              service::CatalogOpenOptions options;
              options.read_only = true;
-             Result<SqliteCatalog> c = [&] {
-               py::gil_scoped_release release;
-               return SqliteCatalog::open(p, options);
-             }();
-             return PyCatalog{std::make_shared<SqliteCatalog>(unwrap(std::move(c))), p, read_only};
+             return PyCatalog{std::make_shared<SqliteCatalog>(open_catalog(p, options)), p,
+                              read_only};
            }),
            py::arg("path"), py::arg("read_only") = py::bool_(false), R"doc(
 Opens an existing catalog (abf.Catalog.create makes a new one), for reading:
@@ -436,12 +462,13 @@ byte for byte as it was. read_only=True: add and remove fail.
               py::gil_scoped_release release;
               return catalog.add(input.span());
             }();
-            return change_dict(unwrap(std::move(change)));
+            return change_dict(unwrap(std::move(change)), c.path, service::fields::kAdd);
           },
           py::arg("digests"), R"doc(
-Adds digests as one new catalog version, in one transaction; those already
-present are counted unchanged. Returns {version, requested, changed,
-unchanged}.
+Adds digests as one new catalog version, in one transaction. Returns what
+`abf catalog add --json` prints: {"db", "operation": "add",
+"catalog_version" (the new version), "read" (digests given, duplicates
+included), "added", "already_present"}.
 )doc")
       .def(
           "remove",
@@ -453,10 +480,14 @@ unchanged}.
               py::gil_scoped_release release;
               return catalog.remove(input.span());
             }();
-            return change_dict(unwrap(std::move(change)));
+            return change_dict(unwrap(std::move(change)), c.path, service::fields::kRemove);
           },
           py::arg("digests"),
-          "Removes digests as one new catalog version (their rows are closed, not deleted).")
+          R"doc(
+Removes digests as one new catalog version (their rows are closed, not
+deleted). Returns what `abf catalog remove --json` prints: {"db",
+"operation": "remove", "catalog_version", "read", "removed", "not_present"}.
+)doc")
       .def_property_readonly(
           "version",
           [](const PyCatalog& c) {

@@ -253,17 +253,32 @@ std::string describe(py::handle object) {
            name;
   }
   if (module == "abf._abf") module = "abf";
-  return "a " + module + "." + name;
+  return (std::string_view("aeiou").find(module.front()) != std::string_view::npos ? "an " : "a ") +
+         module + "." + name;
 }
+
+namespace {
+
+// The range of a count in the library's words ("expected item count ... is
+// outside 1..2^30 (1073741824)"): "0..2^63-1 (9223372036854775807)".
+std::string count_range(std::uint64_t max) {
+  if (max == (std::uint64_t{1} << 63) - 1) return "0..2^63-1 (" + std::to_string(max) + ")";
+  return "0.." + std::to_string(max);
+}
+
+}  // namespace
 
 std::uint64_t count_from(py::handle object, ErrorCode code, const char* what, std::uint64_t max) {
   if (PyFloat_Check(object.ptr())) {
     const double value = PyFloat_AsDouble(object.ptr());
     // 2^63 is exact as a double; every double below it that is whole fits.
-    if (!std::isfinite(value) || value < 0 || value != std::floor(value) ||
-        value >= 9223372036854775808.0 || static_cast<std::uint64_t>(value) > max) {
+    if (!std::isfinite(value) || value != std::floor(value)) {
       raise(code, std::string(what) + " " + py::repr(object).cast<std::string>() +
-                      " is not a whole number in 0.." + std::to_string(max));
+                      " is not a whole number");
+    }
+    if (value < 0 || value >= 9223372036854775808.0 || static_cast<std::uint64_t>(value) > max) {
+      raise(code, std::string(what) + " " + py::repr(object).cast<std::string>() + " is outside " +
+                      count_range(max));
     }
     return static_cast<std::uint64_t>(value);
   }
@@ -278,8 +293,8 @@ std::uint64_t count_from(py::handle object, ErrorCode code, const char* what, st
   int overflow = 0;
   const long long value = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
   if (overflow != 0 || value < 0 || static_cast<std::uint64_t>(value) > max) {
-    raise(code, std::string(what) + " " + py::str(number).cast<std::string>() +
-                    " is out of range (0.." + std::to_string(max) + ")");
+    raise(code, std::string(what) + " " + py::str(number).cast<std::string>() + " is outside " +
+                    count_range(max));
   }
   return static_cast<std::uint64_t>(value);
 }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "abf/service/report_fields.hpp"
 #include "common.hpp"
 
 namespace abf::python {
@@ -117,8 +118,9 @@ py::dict filter_info(const Filter& filter) {
   info["inserted_item_count"] = s.inserted_item_count;
   info["target_fpp"] = s.target_fpp;
   info["payload_length"] = h.payload_length;
-  info["payload_checksum"] = h.payload_checksum;
-  info["header_checksum"] = h.header_checksum;
+  // "0x" and 16 hex digits, as `abf inspect --json` (report_fields.hpp).
+  info["payload_checksum"] = service::fields::checksum_hex(h.payload_checksum);
+  info["header_checksum"] = service::fields::checksum_hex(h.header_checksum);
   info["catalog_id"] = catalog_id_object(s.catalog_id);
   info["key_fingerprint"] = key_fingerprint_object(s.keyed, s.key_fingerprint);
   info["content_fingerprint"] = content_fingerprint_object(s.content_fingerprint);
@@ -358,10 +360,11 @@ py::object merge(py::handle parts, py::handle catalog_version, py::handle key, p
     ++index;
     py::object object = py::reinterpret_borrow<py::object>(part);
     if (!py::isinstance<PyFilter>(part) && !py::isinstance<PyFilterSet>(part)) {
-      options.labels.push_back(path_from(part, "parts item").string());
+      options.labels.push_back("parts[" + std::to_string(index - 1) + "] (" +
+                               path_from(part, "parts item").string() + ")");
       object = load(part, key, mode);
     } else {
-      options.labels.push_back("part " + std::to_string(index));
+      options.labels.push_back("parts[" + std::to_string(index - 1) + "]");
     }
     any_set = any_set || py::isinstance<PyFilterSet>(object);
     join_guards(guard, py::isinstance<PyFilterSet>(object) ? object.cast<const PyFilterSet&>().guard
@@ -680,8 +683,10 @@ batch engine runs on every core; the digests must not change meanwhile.
 The header fields of this filter's snapshot, as a dict with snake_case keys:
 format_version, hash_protocol_version, hash_count, catalog_version,
 bit_count, expected_item_count, inserted_item_count, target_fpp,
-payload_length, payload_checksum, header_checksum, catalog_id (hex or None),
-key_fingerprint (hex or None). Computing it reads the payload once.
+payload_length, payload_checksum and header_checksum ("0x" and 16 hex
+digits), catalog_id (hex or None), key_fingerprint (hex or None): the names
+and forms of `abf inspect --json`, which writes all-zero hex where this has
+None. Computing it reads the payload once.
 )doc")
       .def_property_readonly(
           "payload", [](const PyFilter& f) { return payload_view(f.filter); },

@@ -1,6 +1,7 @@
 // abf._abf: the extension module behind the Python package abf
 // (python/abf/__init__.py re-exports it). Errors cross into Python as the
 // abf.Error subclass of their code (abf/_errors.py).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -21,6 +22,7 @@ std::string for_python(std::string message) {
       {"give its key (--key-file)", "pass key=abf.read_key_file(path) (or key=abf.Key(...))"},
       {"(--shards auto)", "(shards=\"auto\")"},
       {"(abf build --from-catalog)", "(abf.Catalog.build_filter)"},
+      {"(create one with `abf catalog init`)", "(abf.Catalog.create makes a new one)"},
   };
   for (const auto& [flag, argument] : kFlags) {
     if (const auto at = message.find(flag); at != std::string::npos) {
@@ -30,9 +32,33 @@ std::string for_python(std::string message) {
   return message;
 }
 
+// A merge that fails names the field that differs as the snapshot header
+// spells it ("hashCount differs"): in Python, by the name of the Filter's
+// property and info key a user reads it by ("hash_count differs").
+std::string python_field_names(std::string message) {
+  static constexpr std::pair<std::string_view, std::string_view> kFields[] = {
+      {"hashProtocolVersion", "hash_protocol_version"},
+      {"expectedItemCount", "expected_item_count"},
+      {"catalogVersion", "catalog_version"},
+      {"keyFingerprint", "key_fingerprint"},
+      {"catalogId", "catalog_id"},
+      {"hashCount", "hash_count"},
+      {"bitCount", "bit_count"},
+      {"targetFpp", "target_fpp"},
+  };
+  for (const auto& [field, name] : kFields) {
+    for (auto at = message.find(field); at != std::string::npos;
+         at = message.find(field, at + name.size())) {
+      message.replace(at, field.size(), name);
+    }
+  }
+  return message;
+}
+
 void set_python_error(const Error& error) {
   const std::string code(to_string(error.code));
-  const std::string message = for_python(error.message);
+  std::string message = for_python(error.message);
+  if (error.code == ErrorCode::kIncompatibleFilters) message = python_field_names(message);
   try {
     py::object errors = py::module_::import("abf._errors");
     py::object cls = errors.attr("error_class")(code);
@@ -54,10 +80,12 @@ void set_python_error(const Error& error) {
 // pybind11 print the repr of every argument ("Invoked with: array([[...]])"):
 // the contents of a digest array, maybe gigabytes. Every public function
 // and method (all take py::handle arguments, so the first overload matches
-// whatever types it is given) gets a last overload that takes anything and
-// says what was given by type, shape and dtype instead. Its docstring stays
-// the function's own.
-py::object wrong_arguments(const std::string& signature, py::args args, py::kwargs kwargs) {
+// whatever types it is given) gets a last overload that raises a TypeError
+// in Python's words (abf._signatures.wrong_arguments: "build() got an
+// unexpected keyword argument 'shard'"), saying what was given by type,
+// shape and dtype instead. Its docstring stays the function's own.
+py::object wrong_arguments(const std::string& qualname, const std::string& signature, py::args args,
+                           py::kwargs kwargs) {
   std::string given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!given.empty()) given += ", ";
@@ -67,12 +95,10 @@ py::object wrong_arguments(const std::string& signature, py::args args, py::kwar
     if (!given.empty()) given += ", ";
     given += py::str(name).cast<std::string>() + "=" + describe(value);
   }
-  throw py::type_error(signature + " does not take the arguments given: (" + given + ")");
-}
-
-std::string first_line(const char* doc) {
-  const std::string text = doc == nullptr ? "" : doc;
-  return text.substr(0, text.find('\n'));
+  py::object error = py::module_::import("abf._signatures")
+                         .attr("wrong_arguments")(qualname, signature, args, kwargs, given);
+  PyErr_SetObject(PyExc_TypeError, error.ptr());
+  throw py::error_already_set();
 }
 
 // The builtin function behind a module attribute or a class's method.
@@ -86,8 +112,34 @@ PyCFunctionObject* builtin_of(py::handle object) {
   return reinterpret_cast<PyCFunctionObject*>(f.ptr());
 }
 
-void keep_doc(py::handle object, const std::string& doc) {
+// A function's docstring, and its signature in Python's words: pybind11
+// writes "build(digests: handle, ...) -> object" as the first line; the
+// parameters and defaults without the C++ types ("build(digests,
+// expected_items, fpp, catalog_version=0, ...)", abf._signatures).
+struct Documented {
+  std::string signature;  // empty: none Python can read
+  std::string doc;        // the docstring after the signature line
+};
+
+Documented documented(const PyCFunctionObject* f) {
+  const std::string text = f->m_ml->ml_doc == nullptr ? "" : f->m_ml->ml_doc;
+  const std::size_t eol = text.find('\n');
+  const std::string line = text.substr(0, eol);
+  std::string rest = eol == std::string::npos ? "" : text.substr(eol);
+  rest.erase(0, std::min(rest.find_first_not_of('\n'), rest.size()));
+  py::object signature = py::module_::import("abf._signatures").attr("text_signature")(line);
+  if (signature.is_none()) return {"", text};
+  return {signature.cast<std::string>(), rest};
+}
+
+// Sets the docstring to CPython's text-signature form, "<signature>\n--\n\n
+// <doc>": __text_signature__ (inspect.signature, help()) and __doc__ (the
+// rest) read it as they do a builtin's.
+void keep_doc(py::handle object, const Documented& documented) {
   if (PyCFunctionObject* f = builtin_of(object)) {
+    const std::string doc = documented.signature.empty()
+                                ? documented.doc
+                                : documented.signature + "\n--\n\n" + documented.doc;
     std::free(const_cast<char*>(f->m_ml->ml_doc));
     f->m_ml->ml_doc = strdup(doc.c_str());
   }
@@ -98,10 +150,10 @@ void add_fallbacks(py::module_& m) {
     const std::string name = py::str(key).cast<std::string>();
     PyCFunctionObject* f = builtin_of(value);
     if (name.starts_with("_") || f == nullptr) continue;
-    const std::string doc = f->m_ml->ml_doc == nullptr ? "" : f->m_ml->ml_doc;
-    const std::string signature = first_line(f->m_ml->ml_doc);
-    m.def(name.c_str(), [signature](py::args args, py::kwargs kwargs) {
-      return wrong_arguments(signature, std::move(args), std::move(kwargs));
+    const Documented doc = documented(f);
+    const std::string signature = doc.signature.empty() ? name + "(...)" : doc.signature;
+    m.def(name.c_str(), [name, signature](py::args args, py::kwargs kwargs) {
+      return wrong_arguments(name, signature, std::move(args), std::move(kwargs));
     });
     keep_doc(m.attr(name.c_str()), doc);
   }
@@ -111,23 +163,30 @@ void add_fallbacks(py::module_& m) {
     for (const auto& [key, value] : members) {
       const std::string name = py::str(key).cast<std::string>();
       PyCFunctionObject* f = builtin_of(value);
-      if (name.starts_with("_") || f == nullptr) continue;
-      const std::string doc = f->m_ml->ml_doc == nullptr ? "" : f->m_ml->ml_doc;
-      const std::string signature = first_line(f->m_ml->ml_doc);
+      if (f == nullptr) continue;
+      const Documented doc = documented(f);
+      // The constructor: its signature only (abf.Catalog(path, read_only=False)).
+      if (name == "__init__") {
+        keep_doc(cls.attr("__dict__")[key], doc);
+        continue;
+      }
+      if (name.starts_with("_")) continue;
+      const std::string qualname = std::string(class_name) + "." + name;
+      const std::string signature = doc.signature.empty() ? name + "(...)" : doc.signature;
       const bool is_static = !PyInstanceMethod_Check(value.ptr());
       if (is_static) {
-        cls.def_static(name.c_str(), [signature](py::args args, py::kwargs kwargs) {
-          return wrong_arguments(signature, std::move(args), std::move(kwargs));
+        cls.def_static(name.c_str(), [qualname, signature](py::args args, py::kwargs kwargs) {
+          return wrong_arguments(qualname, signature, std::move(args), std::move(kwargs));
         });
       } else {
-        cls.def(name.c_str(), [signature, cls](py::handle self, py::args args, py::kwargs kwargs) {
-          // Filter.query(array): the array in self's place is named too.
-          if (!py::isinstance(self, cls)) {
-            args = py::reinterpret_steal<py::args>(
-                PySequence_Tuple((py::make_tuple(self) + args).ptr()));
-          }
-          return wrong_arguments(signature, std::move(args), std::move(kwargs));
-        });
+        cls.def(name.c_str(),
+                [qualname, signature](py::handle self, py::args args, py::kwargs kwargs) {
+                  // The signature names self: it is bound with the rest (Filter.query(array):
+                  // the array in self's place is named too).
+                  args = py::reinterpret_steal<py::args>(
+                      PySequence_Tuple((py::make_tuple(self) + args).ptr()));
+                  return wrong_arguments(qualname, signature, std::move(args), std::move(kwargs));
+                });
       }
       keep_doc(cls.attr("__dict__")[key], doc);
     }

@@ -46,11 +46,14 @@ def test_add_remove_versions_and_find_missing(catalog, tmp_path):
     b = random_digests(3000, seed=21)
     assert catalog.version == 0 and len(catalog.id) == 32
     change = catalog.add(a)
-    assert change == {"version": 1, "requested": 5000, "changed": 5000, "unchanged": 0}
+    assert change == {"db": str(tmp_path / "c.db"), "operation": "add", "catalog_version": 1,
+                      "read": 5000, "added": 5000, "already_present": 0}
     change = catalog.add(np.concatenate([a[:100], b]))
-    assert change["version"] == 2 and change["changed"] == 3000 and change["unchanged"] == 100
-    change = catalog.remove(a[:1000])
-    assert change["version"] == 3 and change["changed"] == 1000
+    assert change["catalog_version"] == 2 and change["added"] == 3000
+    assert change["already_present"] == 100 and change["read"] == 3100
+    change = catalog.remove(np.concatenate([a[:1000], random_digests(7, seed=24)]))
+    assert change == {"db": str(tmp_path / "c.db"), "operation": "remove", "catalog_version": 3,
+                      "read": 1007, "removed": 1000, "not_present": 7}
     assert catalog.version == 3 and catalog.count() == 7000 and catalog.count(version=1) == 5000
     assert catalog.stats()["latest_version"] == 3
     candidates = np.concatenate([a[500:1500], random_digests(2000, seed=22), b[:10], a[:600]])
@@ -185,7 +188,7 @@ def test_dedup_refuses_a_filter_that_does_not_hold_the_catalogs_version(tmp_path
         catalog.add(base)
     shutil.copy(path, tmp_path / "backup.db")
     with abf.Catalog(path) as catalog:
-        assert catalog.add(x)["version"] == 2
+        assert catalog.add(x)["catalog_version"] == 2
         old = catalog.build_filter(5000, 0.01)
         old_set = catalog.build_filter(5000, 0.01, shards=3)
         old_fingerprint = catalog.content()["fingerprint"]
@@ -193,7 +196,7 @@ def test_dedup_refuses_a_filter_that_does_not_hold_the_catalogs_version(tmp_path
         (tmp_path / ("c.db" + suffix)).unlink(missing_ok=True)
     shutil.copy(tmp_path / "backup.db", path)
     with abf.Catalog(path) as catalog:
-        assert catalog.add(y)["version"] == 2
+        assert catalog.add(y)["catalog_version"] == 2
         new_fingerprint = catalog.content()["fingerprint"]
         assert new_fingerprint != old_fingerprint
         for f in (old, old_set):
@@ -267,7 +270,7 @@ def test_reading_a_schema_two_catalog_leaves_it_byte_for_byte_as_it_was(tmp_path
     # `abf catalog upgrade` does; the answers stay SQLite's.
     with abf.Catalog(path) as catalog:
         assert len(catalog.find_missing(candidates)) == len(missing_reference(candidates, present))
-        assert catalog.add(candidates[:5])["version"] == 4
+        assert catalog.add(candidates[:5])["catalog_version"] == 4
         assert catalog.stats()["schema_version"] == 3
         present = present_in_sqlite(path, 4)
         assert np.array_equal(catalog.find_missing(candidates),
@@ -298,9 +301,10 @@ def test_the_first_write_of_a_catalog_opened_for_reading_is_seen_by_every_later_
     more = random_digests(50, seed=64)
     catalog = abf.Catalog(path)
     assert len(catalog.find_missing(more)) == 50
-    assert catalog.add(more) == {"version": 2, "requested": 50, "changed": 50, "unchanged": 0}
+    assert catalog.add(more) == {"db": str(path), "operation": "add", "catalog_version": 2,
+                                 "read": 50, "added": 50, "already_present": 0}
     assert len(catalog.find_missing(more)) == 0 and catalog.version == 2
-    assert catalog.remove(more[:10])["version"] == 3
+    assert catalog.remove(more[:10])["catalog_version"] == 3
     assert catalog.contains(more).sum() == 40 and catalog.count() == 140
     catalog.close()
     with pytest.raises(abf.InvalidArgumentError, match="closed"):

@@ -16,6 +16,7 @@ distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
 import dask.array as da  # noqa: E402
 import dask.bag as db  # noqa: E402
+from dask.delayed import Delayed  # noqa: E402
 
 import abf  # noqa: E402
 import abf.dask  # noqa: E402
@@ -214,6 +215,46 @@ def test_find_missing_equals_sqlite(client, catalog_file):
     other = abf.build(candidates[:10], 100, 0.01, catalog_version=version)
     with pytest.raises(abf.CatalogMismatchError):
         abf.dask.find_missing(bag, other, str(path))
+
+
+def test_find_missing_compute_false_is_lazy_and_the_same(client, catalog_file):
+    """compute=False returns a Delayed of the same answer, computed only
+    when asked (and composable with other Dask work)."""
+    path, stored = catalog_file
+    with abf.Catalog(path, read_only=True) as catalog:
+        f = catalog.build_filter(40_000, 0.01)
+    candidates = np.concatenate([random_digests(5000, seed=37), stored[5000:7000]])
+    bag = chunks_bag(candidates, 6, 3)
+    eager, eager_counts = abf.dask.find_missing(bag, f, str(path), return_counts=True)
+    assert np.array_equal(abf.dask.find_missing(bag, f, str(path)), eager)
+    lazy = abf.dask.find_missing(bag, f, str(path), compute=False)
+    assert isinstance(lazy, Delayed)
+    assert np.array_equal(lazy.compute(), eager)
+    assert dask.delayed(len)(lazy).compute() == len(eager) == 5000
+    lazy_counts = abf.dask.find_missing(bag, f, str(path), return_counts=True, compute=False)
+    (missing, counts), = dask.compute(lazy_counts)
+    assert np.array_equal(missing, eager)
+    assert {k: v for k, v in counts.items() if k != "seconds"} == \
+        {k: v for k, v in eager_counts.items() if k != "seconds"}
+    # The checks here still run at once, before anything is computed.
+    other = abf.build(candidates[:10], 100, 0.01, catalog_version=f.catalog_version)
+    with pytest.raises(abf.CatalogMismatchError):
+        abf.dask.find_missing(bag, other, str(path), compute=False)
+
+
+def test_the_dask_module_is_typed():
+    """Annotations on every public function, none of them Any."""
+    import inspect
+    for name in abf.dask.__all__:
+        function = getattr(abf.dask, name)
+        signature = inspect.signature(function)
+        annotations = [p.annotation for p in signature.parameters.values()]
+        annotations.append(signature.return_annotation)
+        for annotation in annotations:
+            assert annotation is not inspect.Parameter.empty, (name, signature)
+            assert "Any" not in str(annotation), (name, annotation)
+    source = open(abf.dask.__file__).read()
+    assert "typing import Any" not in source and ": Any" not in source
 
 
 def test_find_missing_refuses_a_filter_of_other_contents(client, catalog_file):
