@@ -96,6 +96,24 @@ __all__ = [
     "write_key_file",
 ]
 
+from ._signatures import python_function as _python_function
+
 for _cls in (Catalog, Filter, FilterSet, Index, Key):
     _cls.__module__ = "abf"
-del _cls
+    # Static methods as Python functions too (Catalog.create, Index.load, ...).
+    for _name, _member in list(vars(_cls).items()):
+        if isinstance(_member, staticmethod) and not _name.startswith("_"):
+            setattr(_cls, _name, staticmethod(
+                _python_function(_member.__func__, f"{_cls.__name__}.{_name}")))
+
+# The module functions as Python functions of the same signatures, which
+# call the extension's (abf._signatures.python_function): help(abf.build)
+# and an unknown keyword's TypeError read as any Python function's.
+(backends, build, choose_layout, choose_shard_count, dedup, from_bytes, load, merge,
+ read_key_file, release_cached_buffers, shard_expected_item_count, simd_target,
+ write_key_file) = (
+    _python_function(_f, _f.__name__)
+    for _f in (backends, build, choose_layout, choose_shard_count, dedup, from_bytes, load,
+               merge, read_key_file, release_cached_buffers, shard_expected_item_count,
+               simd_target, write_key_file))
+del _cls, _name, _member

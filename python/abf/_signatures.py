@@ -63,28 +63,17 @@ def text_signature(line: str) -> str | None:
     return name + text[len("def _"):text.index(":\n")]
 
 
-def _signature(text: str) -> inspect.Signature:
-    """The inspect.Signature of a text signature made by text_signature."""
-    tree = ast.parse(f"def {text}: pass")
-    function = tree.body[0]
-    assert isinstance(function, ast.FunctionDef)
-    a = function.args
-    P = inspect.Parameter
-    parameters = []
-    positional = [*a.posonlyargs, *a.args]
-    defaults = [inspect.Parameter.empty] * (len(positional) - len(a.defaults)) + [
-        ast.literal_eval(d) for d in a.defaults]
-    for i, argument in enumerate(positional):
-        kind = P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD
-        parameters.append(P(argument.arg, kind, default=defaults[i]))
-    if a.vararg is not None:
-        parameters.append(P(a.vararg.arg, P.VAR_POSITIONAL))
-    for argument, default in zip(a.kwonlyargs, a.kw_defaults):
-        value = P.empty if default is None else ast.literal_eval(default)
-        parameters.append(P(argument.arg, P.KEYWORD_ONLY, default=value))
-    if a.kwarg is not None:
-        parameters.append(P(a.kwarg.arg, P.VAR_KEYWORD))
-    return inspect.Signature(parameters)
+def _function(qualname: str, text: str) -> Any:
+    """A Python function of signature ``text`` (made by text_signature) that
+    does nothing, named ``qualname``: calling it words a wrong call exactly
+    as Python words one to any function."""
+    name = qualname.rpartition(".")[2]
+    namespace: dict[str, Any] = {}
+    exec(compile(f"def {name}{text[text.index('('):]}:\n    pass\n", f"<abf.{qualname}>",
+                 "exec"), namespace)
+    function = namespace[name]
+    function.__qualname__ = qualname
+    return function
 
 
 def wrong_arguments(qualname: str, text: str, args: tuple[Any, ...],
@@ -93,11 +82,42 @@ def wrong_arguments(qualname: str, text: str, args: tuple[Any, ...],
     an unknown keyword, a missing argument or one too many (``Filter.query()
     got an unexpected keyword argument 'bogus'``), then the signature and
     what was given, by type (``given``: never an array's contents)."""
-    reason = "does not take the arguments given"
+    reason = f"{qualname}() does not take the arguments given"
     try:
-        _signature(text).bind(*args, **kwargs)
+        _function(qualname, text)(*args, **kwargs)
     except TypeError as failure:
         reason = str(failure)
-    except (SyntaxError, ValueError):  # pragma: no cover - a signature we could not read
+    except SyntaxError:  # pragma: no cover - a signature we could not read
         pass
-    return TypeError(f"{qualname}() {reason}; the signature is {text}; given: ({given})")
+    return TypeError(f"{reason}; the signature is {text}; given: ({given})")
+
+
+def python_function(builtin: Any, qualname: str) -> Any:
+    """A Python function of ``builtin``'s signature that calls it, for the
+    package's namespace: ``help(abf.build)`` then reads as a Python
+    function's (pydoc calls an extension function a "method of
+    builtins.PyCapsule instance", the capsule pybind11 keeps its record in),
+    and a call with an unknown keyword is refused by Python itself
+    (``build() got an unexpected keyword argument 'shard'``), before any
+    argument is converted. ``builtin`` itself is returned when its
+    signature is not one of plain parameters."""
+    text = getattr(builtin, "__text_signature__", None)
+    if not text:
+        return builtin
+    try:
+        signature = inspect.signature(builtin)
+    except ValueError:
+        return builtin
+    kinds = {p.kind for p in signature.parameters.values()}
+    if kinds - {inspect.Parameter.POSITIONAL_OR_KEYWORD}:
+        return builtin
+    name = qualname.rpartition(".")[2]
+    call = ", ".join(signature.parameters)
+    source = f"def {name}{text}:\n    return _builtin({call})\n"
+    namespace: dict[str, Any] = {"_builtin": builtin}
+    exec(compile(source, f"<abf.{qualname}>", "exec"), namespace)
+    function = namespace[name]
+    function.__doc__ = builtin.__doc__
+    function.__module__ = "abf"
+    function.__qualname__ = qualname
+    return function

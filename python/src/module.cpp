@@ -149,8 +149,12 @@ void add_fallbacks(py::module_& m) {
   for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(m.attr("__dict__"))) {
     const std::string name = py::str(key).cast<std::string>();
     PyCFunctionObject* f = builtin_of(value);
-    if (name.starts_with("_") || f == nullptr) continue;
+    if (f == nullptr) continue;
     const Documented doc = documented(f);
+    if (name.starts_with("_")) {  // private: its signature only
+      keep_doc(value, doc);
+      continue;
+    }
     const std::string signature = doc.signature.empty() ? name + "(...)" : doc.signature;
     m.def(name.c_str(), [name, signature](py::args args, py::kwargs kwargs) {
       return wrong_arguments(name, signature, std::move(args), std::move(kwargs));
@@ -165,12 +169,12 @@ void add_fallbacks(py::module_& m) {
       PyCFunctionObject* f = builtin_of(value);
       if (f == nullptr) continue;
       const Documented doc = documented(f);
-      // The constructor: its signature only (abf.Catalog(path, read_only=False)).
-      if (name == "__init__") {
+      // The constructor (abf.Catalog(path, read_only=False)) and the other
+      // special methods: their signatures only.
+      if (name.starts_with("_")) {
         keep_doc(cls.attr("__dict__")[key], doc);
         continue;
       }
-      if (name.starts_with("_")) continue;
       const std::string qualname = std::string(class_name) + "." + name;
       const std::string signature = doc.signature.empty() ? name + "(...)" : doc.signature;
       const bool is_static = !PyInstanceMethod_Check(value.ptr());

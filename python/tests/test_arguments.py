@@ -137,6 +137,11 @@ def test_arguments_no_signature_takes_are_named_not_printed(keyed_world):
         "merge": lambda: abf.merge([f], big, None, "auto", big),
         "Key.from_hex": lambda: abf.Key.from_hex(big, big),
     }
+    # The module functions and static methods are Python functions
+    # (abf._signatures.python_function): Python refuses the call itself,
+    # naming no argument's value.
+    by_python = {"build shard=", "build too many", "Index.load", "Catalog.create", "dedup",
+                 "merge", "Key.from_hex"}
     for name, call in calls.items():
         with pytest.raises(TypeError) as caught:
             call()
@@ -144,15 +149,18 @@ def test_arguments_no_signature_takes_are_named_not_printed(keyed_world):
         try:
             # Python's own words, naming the function and what is wrong.
             assert "() got an unexpected keyword argument '" in text or \
-                "() too many positional arguments" in text or \
-                "() missing a required argument" in text, text
-            assert_names_the_array(caught.value, big)
+                " positional argument" in text, text
+            if name in by_python:
+                assert "Invoked with" not in text and "array(" not in text, text
+                assert str(MARK) not in text and "0xab" not in text.lower(), text
+            else:
+                assert_names_the_array(caught.value, big)
         except AssertionError as failure:
             raise AssertionError(f"{name}: {failure}") from None
     # The docstrings are the functions' own, not pybind11's "Overloaded function".
     for function in (abf.build, abf.Filter.query, abf.Index.load, abf.Catalog.add, abf.dedup):
         assert "Overloaded" not in function.__doc__ and "*args" not in function.__doc__
-    assert abf.build.__text_signature__.startswith("(digests, expected_items, fpp")
+    assert abf._abf.build.__text_signature__.startswith("(digests, expected_items, fpp")
     assert abf.build.__doc__.startswith("\nBuilds a filter") or \
         abf.build.__doc__.startswith("Builds a filter"), abf.build.__doc__[:40]
 

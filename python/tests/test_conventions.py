@@ -52,6 +52,13 @@ def test_signatures_name_the_real_parameters_and_defaults():
                      abf.Catalog.build_filter, abf.FilterSet.from_shards, abf.Key.from_hex):
         shown = str(inspect.signature(function))
         assert "handle" not in shown and "object" not in shown, shown
+    # The whole package's help: no C++ type, no capsule, anywhere.
+    whole = "\n".join(pydoc.render_doc(getattr(abf, name), renderer=pydoc.plaintext)
+                      for name in ("Filter", "FilterSet", "Catalog", "Index", "Key"))
+    whole += pydoc.render_doc(abf, renderer=pydoc.plaintext)
+    assert "__exit__(self, *args)" in whole and "add(self, digests)" in whole
+    for word in (": handle", ": object", "-> object", "abf._abf.", "PyCapsule"):
+        assert word not in whole, (word, whole[max(0, whole.find(word) - 200):][:300])
     for name in abf.__all__:
         value = getattr(abf, name)
         if callable(value) and not isinstance(value, type) and name != "error_class":
@@ -64,10 +71,13 @@ def test_a_wrong_call_names_the_function_and_the_bad_argument():
     cases = [
         (lambda: abf.build(d, 100, 0.01, shard=2),
          "build() got an unexpected keyword argument 'shard'"),
-        (lambda: abf.build(d, 100), "build() missing a required argument: 'fpp'"),
+        (lambda: abf.build(d, 100), "build() missing 1 required positional argument: 'fpp'"),
         (lambda: f.query(d, bogus=1),
          "Filter.query() got an unexpected keyword argument 'bogus'"),
-        (lambda: abf.Index.load("x.abfx", "map", 3), "Index.load() too many positional arguments"),
+        (lambda: abf.Index.load("x.abfx", "map", 3),
+         "Index.load() takes from 1 to 2 positional arguments but 3 were given"),
+        (lambda: abf.Catalog.create(path="c.db", read_only=True),
+         "Catalog.create() got an unexpected keyword argument 'read_only'"),
         (lambda: abf.merge([f], catalog_version=1, version=2),
          "merge() got an unexpected keyword argument 'version'"),
     ]
@@ -75,10 +85,21 @@ def test_a_wrong_call_names_the_function_and_the_bad_argument():
         with pytest.raises(TypeError) as caught:
             call()
         assert str(caught.value).startswith(words), str(caught.value)
-        # ... then the signature, in the same words as help().
-        assert "the signature is " in str(caught.value)
-    with pytest.raises(TypeError, match=r"build\(digests, expected_items, fpp, catalog_version=0"):
-        abf.build(d, 100, 0.01, shard=2)
+    # The module functions are Python functions of the extension's signatures
+    # (pydoc calls no "method of builtins.PyCapsule instance"); the extension's
+    # own, and the methods, refuse a call in the same words, then give the
+    # signature as help() shows it and what was given, by type.
+    assert inspect.isfunction(abf.build) and inspect.isfunction(abf.Catalog.create)
+    assert "PyCapsule" not in pydoc.render_doc(abf.build, renderer=pydoc.plaintext)
+    for call in (lambda: abf._abf.build(d, 100, 0.01, shard=2),
+                 lambda: abf.Filter.query(f, d, bogus=1)):
+        with pytest.raises(TypeError) as caught:
+            call()
+        assert re.match(r"(build|Filter\.query)\(\) got an unexpected keyword argument "
+                        r"'(shard|bogus)'; the signature is (build\(digests, expected_items, "
+                        r"fpp, catalog_version=0|query\(self, digests, out=None)",
+                        str(caught.value)), str(caught.value)
+        assert "numpy.ndarray of shape (10, 32) and dtype uint8" in str(caught.value)
 
 
 def test_stubs_need_only_the_standard_library():
