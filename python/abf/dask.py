@@ -393,7 +393,8 @@ def _first_occurrences(digests: np.ndarray) -> np.ndarray:
     return digests[first]
 
 
-_SUMMED = ("total", "present", "negative", "maybe", "false_positives", "exact_lookups")
+_SUMMED = ("total", "present", "negative", "maybe", "false_positives", "head_lookups",
+           "head_present", "exact_lookups")
 
 
 def _default_client() -> Client | None:

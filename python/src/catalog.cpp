@@ -127,11 +127,13 @@ SqliteCatalog open_catalog(const std::filesystem::path& path,
 }
 
 py::dict counts_dict(const service::BatchCounts& c, std::uint64_t written,
-                     std::uint64_t catalog_version, bool filter_used, double seconds) {
-  // The names and meaning of `abf dedup --json`.
+                     std::uint64_t catalog_version, std::uint64_t snapshot_version,
+                     const service::CatalogLag& lag, bool filter_used, double seconds) {
+  // The names, order and meaning of `abf dedup --json` (cli/dedup_job.cpp).
   py::dict d;
   const std::uint64_t absent = c.total - c.present;
   d["catalog_version"] = catalog_version;
+  d["snapshot_version"] = snapshot_version;
   d["filter"] = filter_used;
   d["total"] = c.total;
   d["new"] = written;
@@ -140,6 +142,10 @@ py::dict counts_dict(const service::BatchCounts& c, std::uint64_t written,
   d["negative"] = c.negative;
   d["maybe"] = c.maybe;
   d["false_positives"] = c.false_positive;
+  d["lag_versions"] = lag.versions_behind;
+  d["lag_digests_added"] = lag.digests_added;
+  d["head_lookups"] = c.head_lookups;
+  d["head_present"] = c.head_present;
   d["exact_lookups"] = c.exact_lookups;
   d["exact_lookups_avoided"] = c.lookups_avoided();
   d["negative_bypass_ratio"] = c.negative_bypass_ratio();
@@ -274,10 +280,19 @@ py::dict catalog_write_index(const PyCatalog& c, py::handle path, py::handle ver
     return service::build_index_from_catalog(catalog, at, p, static_cast<std::uint32_t>(block));
   }();
   const auto built = unwrap(std::move(report));
+  // The names and values of `abf index --json` (but its seconds).
+  const IndexHeader header{.digest_count = built.digest_count,
+                           .block_digests = static_cast<std::uint32_t>(block),
+                           .block_count = block == 0 ? 0 : (built.digest_count + block - 1) / block};
   py::dict d;
+  d["output"] = p.string();
+  d["catalog_id"] = catalog_id_object(catalog.catalog_id().value_or(CatalogId{}));
   d["catalog_version"] = built.catalog_version;
-  d["digests"] = built.digest_count;
+  d["digest_count"] = built.digest_count;
   d["content_fingerprint"] = built.fingerprint.hex();
+  d["block_digests"] = block;
+  d["shards"] = 1;
+  d["bytes"] = header.file_size();
   return d;
 }
 
@@ -347,6 +362,8 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
   service::IndexedLookupCounts index_counts;
   double seconds = 0;
   std::uint64_t version = set.catalog_version();  // then the head the answers are exact at
+  const std::uint64_t snapshot_version = set.catalog_version();
+  service::CatalogLag lag;
   Result<void> done;
   {
     py::gil_scoped_release release;
@@ -385,6 +402,7 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
       auto head = service.head(**snapshot);
       if (!head) return std::unexpected(head.error());
       version = head->catalog_version;
+      lag = head->lag;
       std::unordered_set<Digest, DigestHash> seen;
       const auto span = input.span();
       const std::size_t batch = std::min(batch_size, std::max<std::size_t>(span.size(), 1));
@@ -405,7 +423,8 @@ py::object dedup(py::handle digests, py::handle filter, py::handle catalog_arg, 
   unwrap(std::move(done));
   py::array_t<std::uint8_t> out = digest_array(missing);
   if (!return_counts) return out;
-  py::dict summary = counts_dict(counts, missing.size(), version, use_filter, seconds);
+  py::dict summary =
+      counts_dict(counts, missing.size(), version, snapshot_version, lag, use_filter, seconds);
   if (index) {
     // As `abf dedup --index --json`: exact_lookups = index_lookups + store_lookups.
     summary["index_version"] = index->index.catalog_version();
@@ -557,7 +576,9 @@ snapshot built from that version carries).
            py::arg("block_digests") = kIndexDefaultBlockDigests, R"doc(
 Writes the exact index (abf.Index, as `abf index`) of the catalog at version
 (default: the latest) to path, atomically, streaming the digests in order
-(bounded memory). Returns {"catalog_version", "digests", "content_fingerprint"}.
+(bounded memory). Returns what `abf index --json` prints but its seconds:
+{"output", "catalog_id", "catalog_version", "digest_count",
+"content_fingerprint", "block_digests", "shards": 1, "bytes"}.
 )doc")
       .def("build_filter", &catalog_build, py::arg("expected_items"), py::arg("fpp"),
            py::arg("version") = py::none(), py::arg("key") = py::none(), py::arg("shards") = 1,
@@ -576,7 +597,8 @@ version and the catalog's id: a Filter for shards=1, a FilterSet otherwise
               return catalog.stats();
             }();
             const auto stats = unwrap(std::move(s));
-            py::dict d;
+            py::dict d;  // the names and values of `abf catalog stats --json`
+            d["db"] = c.path.string();
             d["schema_version"] = stats.schema_version;
             d["catalog_id"] = stats.catalog_id ? py::object(py::str(stats.catalog_id->hex()))
                                                : py::object(py::none());

@@ -257,3 +257,32 @@ def test_a_missing_catalog_is_a_file_not_found_error(tmp_path):
     with pytest.raises(abf.CatalogStoreError) as caught:
         abf.Catalog(tmp_path / "dir.db")
     assert not isinstance(caught.value, FileNotFoundError)
+
+
+def test_stats_index_and_dedup_reports_have_the_clis_keys_and_values(tmp_path, abf_cli):
+    db = tmp_path / "c.db"
+    stored = random_digests(3000, 10)
+    candidates = np.concatenate([stored[1000:2000], random_digests(1500, 11), stored[:10]])
+    (tmp_path / "q.txt").write_text("".join(bytes(r).hex() + "\n" for r in candidates))
+    with abf.Catalog.create(db) as catalog:
+        catalog.add(stored)
+        f = catalog.build_filter(4000, 0.01)
+        f.save(tmp_path / "c.abf")
+        catalog.add(random_digests(20, 12))  # the filter lags the head by one version
+    with abf.Catalog(db, read_only=True) as catalog:
+        assert catalog.stats() == cli_json(abf_cli, "catalog", "stats", "--db", db)
+        python = catalog.write_index(tmp_path / "py.abfx")
+        command = cli_json(abf_cli, "index", "--db", db, "-o", tmp_path / "cli.abfx")
+        assert python.pop("output") == str(tmp_path / "py.abfx")
+        assert command.pop("output") == str(tmp_path / "cli.abfx")
+        del command["seconds"]
+        assert python == command
+        for index in (None, tmp_path / "py.abfx"):
+            _, counts = abf.dedup(candidates, f, catalog, return_counts=True, index=index)
+            args = ["dedup", "-s", tmp_path / "c.abf", "--db", db, "-i", tmp_path / "q.txt",
+                    "-o", tmp_path / "new.txt"] + (["--index", index] if index else [])
+            command = cli_json(abf_cli, *args)
+            assert list(counts) == list(command), (list(counts), list(command))
+            del counts["seconds"], command["seconds"]
+            assert counts == command and counts["lag_versions"] == 1
+            assert all(type(counts[k]) is type(command[k]) for k in counts)

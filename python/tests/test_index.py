@@ -60,7 +60,7 @@ def half_present(stored: np.ndarray, seed: int) -> np.ndarray:
 def test_index_answers_equal_sqlite(catalog, tmp_path):
     c, stored, db = catalog
     report = c.write_index(tmp_path / "c.abfx")
-    assert report["catalog_version"] == 2 and report["digests"] == 5000
+    assert report["catalog_version"] == 2 and report["digest_count"] == 5000
     present = present_in_sqlite(db, 2)
     for mode in ("auto", "copy", "map"):
         index = abf.Index.load(tmp_path / "c.abfx", mode=mode)
@@ -272,7 +272,7 @@ def test_index_set_answers_equal_the_single_index_and_sqlite(catalog, tmp_path, 
     for mode in ("auto", "copy", "map"):
         s = abf.Index.load(tmp_path / "c.abxs", mode=mode)
         assert s.shard_count == 3 and "3 shards" in repr(s)
-        assert len(s) == len(one) == report["digests"] == 5000
+        assert len(s) == len(one) == report["digest_count"] == 5000
         assert s.catalog_id == one.catalog_id == c.id
         assert s.catalog_version == one.catalog_version == 2
         assert s.content_fingerprint == one.content_fingerprint == report["content_fingerprint"]
