@@ -140,7 +140,9 @@ py::dict set_info(const FilterSet& set) {
   info["shard_count"] = s.shard_count;
   info["shard_expected_item_count"] = s.shard_expected_item_count;
   info["shard_bit_count"] = s.shard_bit_count;
-  info["shard_hash_count"] = s.hash_count;
+  // As `abf inspect --json` names them: k of every shard, m of them all.
+  info["hash_count"] = s.hash_count;
+  info["bit_count"] = s.bit_count;
   info["catalog_id"] = catalog_id_object(s.catalog_id);
   info["key_fingerprint"] = key_fingerprint_object(s.keyed, s.key_fingerprint);
   info["content_fingerprint"] = content_fingerprint_object(s.content_fingerprint);
@@ -753,8 +755,10 @@ or the new one; then removes the shards of the set it replaced.
           "info", [](const PyFilterSet& s) { return set_info(s.set); }, R"doc(
 The manifest's fields as a dict: format_version, hash_protocol_version,
 catalog_version, expected_item_count, inserted_item_count, target_fpp,
-shard_count, shard_expected_item_count, shard_bit_count, shard_hash_count,
-catalog_id (hex or None), key_fingerprint (hex or None).
+shard_count, shard_expected_item_count, shard_bit_count, hash_count (k of
+every shard), bit_count (m of all shards), catalog_id (hex or None),
+key_fingerprint (hex or None), content_fingerprint: the names and forms of
+`abf inspect --json` for a manifest.
 )doc")
       .def_property_readonly(
           "shard_count", [](const PyFilterSet& s) { return s.set.shard_count(); }, "S.")
