@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence, TypeVar, Union, overload
+import types
+from typing import (TYPE_CHECKING, Callable, Iterable, Literal, Sequence, TypeVar, Union, cast,
+                    overload)
 
 import numpy as np
 
@@ -153,6 +155,15 @@ def _digests_of(part: object) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
+def _dataframes() -> types.ModuleType | None:
+    """dask.dataframe, or None for a Dask without pandas."""
+    try:
+        import dask.dataframe as dd
+    except ImportError:  # pragma: no cover - dask without pandas
+        return None
+    return dd
+
+
 def _sources(collection: Collection,
              column: str | None) -> tuple[list[Delayed], Callable[..., np.ndarray]]:
     """The collection's partitions as Delayed, and what turns one into digests."""
@@ -170,22 +181,16 @@ def _sources(collection: Collection,
         raise DigestError(
             f"a dask array of {array.ndim} dimensions; expected (N, 32)", "invalid_digest"
         )
-    try:
-        import dask.dataframe as dd
-    except ImportError:  # pragma: no cover - dask without pandas
-        frame_types: tuple[type, ...] = ()
-        series_types: tuple[type, ...] = ()
-    else:
-        frame_types, series_types = (dd.DataFrame,), (dd.Series,)
-    if isinstance(collection, frame_types):
+    frames = _dataframes()
+    if frames is not None and isinstance(collection, frames.DataFrame):
         if column is None:
             if len(collection.columns) != 1:
                 raise ValueError(
                     "a DataFrame of several columns: name the digest column (column=...)"
                 )
             column = collection.columns[0]
-        collection = collection[column]
-    if isinstance(collection, series_types):
+        return list(collection[column].to_delayed()), _digests_of
+    if frames is not None and isinstance(collection, frames.Series):
         return list(collection.to_delayed()), _digests_of
     if isinstance(collection, (list, tuple)) and all(isinstance(p, Delayed) for p in collection):
         return list(collection), _digests_of
@@ -329,7 +334,7 @@ def build(collection: Collection, expected_items: int, fpp: float, catalog_versi
                                                        catalog_id, key, backend, layout)
                     for p in parts]
         (result,) = _compute(_tree_merge(partials, split_every), progress=progress)
-        return result
+        return cast(_abf.Filter, result)
     shard_count = empty.shard_count
     shard_items = empty.shard_expected_item_count
     del empty
@@ -341,7 +346,8 @@ def build(collection: Collection, expected_items: int, fpp: float, catalog_versi
                 buckets[s], shard_items, fpp, catalog_version, catalog_id, key, backend, layout))
     shard_filters = _compute(*[_tree_merge(p, split_every) for p in per_shard],
                              progress=progress)
-    return _abf.FilterSet.from_shards(list(shard_filters), expected_items)
+    return _abf.FilterSet.from_shards([cast(_abf.Filter, f) for f in shard_filters],
+                                      expected_items)
 
 
 # --- find_missing ---------------------------------------------------------------

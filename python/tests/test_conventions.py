@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import os
 import pathlib
 import pickle
 import pydoc
@@ -121,23 +122,34 @@ def test_stubs_need_only_the_standard_library():
                         assert hasattr(loaded, name), f"{path.name}: {module}.{name} missing"
 
 
-def test_mypy_accepts_a_small_program(tmp_path):
+def test_mypy_accepts_the_package_and_a_small_program(tmp_path):
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (Debian: python3-mypy); the stubs' imports "
                     "are checked by test_stubs_need_only_the_standard_library")
     program = tmp_path / "use.py"
     program.write_text(
-        "import numpy as np\nimport abf\n"
+        "import numpy as np\nimport dask.bag as db\nimport abf\nimport abf.dask\n"
         "d = np.zeros((3, 32), np.uint8)\n"
         "f: abf.Filter = abf.build(d, 100, 0.01)\n"
+        "s: abf.FilterSet = abf.build(d, 100, 0.01, shards=2)\n"
         "answers = f.query(d)\n"
         "with abf.Catalog.create('c.db') as c:\n"
-        "    n: int = c.add(d)['added']\n")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental",
-                           "--cache-dir", str(tmp_path / "cache"), str(program)],
-                          capture_output=True, text=True, timeout=300,
-                          env={"MYPYPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stdout + done.stderr
+        "    added: int = c.add(d)['added']\n"
+        "    removed: int = c.remove(d)['removed']\n"
+        "    missing, counts = abf.dedup(d, f, c, return_counts=True)\n"
+        "bag = db.from_sequence([d], npartitions=1)\n"
+        "lazy = abf.dask.find_missing(bag, f, 'c.db', compute=False)\n"
+        "eager: np.ndarray = abf.dask.find_missing(bag, f, 'c.db')\n"
+        "g = abf.dask.build(bag, 100, 0.01)\n")
+    env = {"MYPYPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:  # where mypy itself may be
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    for target in (["-p", "abf"], [str(program)]):
+        done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental",
+                               "--cache-dir", str(tmp_path / "cache"), *target],
+                              capture_output=True, text=True, timeout=300, env=env,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def cli_json(cli: str, *args) -> dict:
