@@ -31,6 +31,7 @@
 #define HWY_TARGET_INCLUDE "blocked_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "fingerprint-inl.h"
 #include "probe_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -364,6 +365,92 @@ HWY_NOINLINE void LineInsert3(std::uint64_t block_count, std::uint64_t* HWY_REST
       });
 }
 
+// The inserts with the content fingerprint (fingerprint-inl.h) of their
+// digests summed in the same pass: each vector step of the fingerprint runs
+// on digests the loop sets next, while they are in L1, and its multiplies
+// run on the vector ports while the lines' misses (and the scalar block
+// index) run beside them, instead of a second pass over the digests after
+// the insert. The sum is order-independent (addition mod 2^128), so it
+// equals content_fingerprint_one_by_one of the batch.
+
+// Protocol 3: LineStream3 in steps of Lanes(d) digests, one fingerprint
+// step each; the digests left over are summed by FingerprintRange.
+HWY_NOINLINE void LineInsert3Summed(std::uint64_t block_count, std::uint64_t* HWY_RESTRICT words,
+                                    const Digest* HWY_RESTRICT digests, std::size_t count,
+                                    ContentFingerprint* sum) {
+  const hn::ScalableTag<std::uint64_t> d;
+  const std::size_t lanes = hn::Lanes(d);
+  FingerprintLanes<decltype(d)> lanes_sum(d);
+  const auto set = [&](std::size_t i) ABF_INLINE_LAMBDA {
+    LineSet(words + Line3(digests[i], block_count), Q3(digests[i]));
+  };
+  const auto prefetch = [&](std::size_t i) ABF_INLINE_LAMBDA {
+    detail::prefetch_for_write(words + Line3(digests[i], block_count));
+  };
+  std::size_t i = 0;       // digests set
+  std::size_t summed = 0;  // digests [0, summed) in lanes_sum
+  if (LinePrefetches(block_count)) {
+    const std::size_t distance = LineDistance(block_count);
+    const std::size_t ahead = count > distance ? count - distance : 0;
+    for (std::size_t k = 0; k < std::min(distance, count); ++k) prefetch(k);
+    for (; i + lanes <= ahead; i += lanes) {
+      lanes_sum.Add(d, digests + i);
+      for (std::size_t k = i; k < i + lanes; ++k) {
+        prefetch(k + distance);
+        set(k);
+      }
+    }
+    summed = i;
+    for (; i < ahead; ++i) {
+      prefetch(i + distance);
+      set(i);
+    }
+  } else {
+    for (; i + lanes <= count; i += lanes) {
+      lanes_sum.Add(d, digests + i);
+      for (std::size_t k = i; k < i + lanes; ++k) set(k);
+    }
+    summed = i;
+  }
+  for (; i < count; ++i) set(i);
+  ContentFingerprint total = lanes_sum.Total(d);
+  total += FingerprintRange(digests + summed, count - summed);
+  *sum = total;
+}
+
+// Protocol 4: the step-1 hash of LineGroups' HashGroup with a fingerprint
+// step on the same loaded words (and the library's XXH3-128 for the digests
+// HashGroup hashes one by one).
+template <class Hash, class Sum>
+struct SummingHash {
+  const Hash& hash;
+  Sum* lanes_sum;
+  ContentFingerprint* rest;
+  template <class D, class V = hn::VFromD<D>>
+  HWY_INLINE void operator()(D d, V w0, V w1, V w2, V w3, V& h, V& q) const {
+    lanes_sum->Add(d, w0, w1, w2, w3);
+    hash(d, w0, w1, w2, w3, h, q);
+  }
+  blocked::LineHash operator()(const std::uint8_t* digest) const {
+    const XXH128_hash_t one = XXH3_128bits(digest, Digest::kSize);
+    *rest += {.low = one.low64, .high = one.high64};
+    return hash(digest);
+  }
+};
+
+template <class Hash>
+HWY_NOINLINE void LineInsertBlocksSummed(const Hash& hash, std::uint64_t block_count,
+                                         std::uint64_t* words, const Digest* digests,
+                                         std::size_t count, ContentFingerprint* sum) {
+  const hn::ScalableTag<std::uint64_t> d;
+  FingerprintLanes<decltype(d)> lanes_sum(d);
+  ContentFingerprint rest;
+  const SummingHash<Hash, decltype(lanes_sum)> summing{hash, &lanes_sum, &rest};
+  LineInsertBlocks(summing, block_count, words, digests, count);
+  rest += lanes_sum.Total(d);
+  *sum = rest;
+}
+
 // The protocol's one branch, once per batch; each loop is a function of
 // its own per hasher (as probe_simd.cc's, for the same reason).
 template <class Body>
@@ -395,6 +482,16 @@ void LineInsert(const blocked::LineScheme& scheme, std::uint64_t* words, const D
   });
 }
 
+void LineInsertSummed(const blocked::LineScheme& scheme, std::uint64_t* words,
+                      const Digest* digests, std::size_t count, ContentFingerprint* sum) {
+  if (scheme.protocol == blocked::kProtocolBlocked) {
+    return LineInsert3Summed(scheme.block_count, words, digests, count, sum);
+  }
+  WithLineHash(scheme, [&](const auto& hash) {
+    LineInsertBlocksSummed(hash, scheme.block_count, words, digests, count, sum);
+  });
+}
+
 void LineHashes(const blocked::LineScheme& scheme, const Digest* digests, std::size_t count,
                 std::uint64_t* block, std::uint64_t* q) {
   WithLineHash(scheme, [&](const auto& hash) {
@@ -414,6 +511,7 @@ namespace abf::simd {
 
 HWY_EXPORT(LineQuery);
 HWY_EXPORT(LineInsert);
+HWY_EXPORT(LineInsertSummed);
 HWY_EXPORT(LineHashes);
 
 void blocked_query_batch(const blocked::LineScheme& scheme, const std::uint64_t* words,
@@ -424,6 +522,14 @@ void blocked_query_batch(const blocked::LineScheme& scheme, const std::uint64_t*
 void blocked_insert_batch(const blocked::LineScheme& scheme, std::uint64_t* words,
                           const Digest* digests, std::size_t count) noexcept {
   HWY_DYNAMIC_DISPATCH(LineInsert)(scheme, words, digests, count);
+}
+
+ContentFingerprint blocked_insert_fingerprinted(const blocked::LineScheme& scheme,
+                                                std::uint64_t* words, const Digest* digests,
+                                                std::size_t count) noexcept {
+  ContentFingerprint sum;
+  HWY_DYNAMIC_DISPATCH(LineInsertSummed)(scheme, words, digests, count, &sum);
+  return sum;
 }
 
 void blocked_hash_batch(const blocked::LineScheme& scheme, const Digest* digests,

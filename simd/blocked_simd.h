@@ -12,6 +12,7 @@
 #include "abf/blocked.hpp"
 #include "abf/digest.hpp"
 #include "abf/filter.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/probe.hpp"
 
 namespace abf::simd {
@@ -28,6 +29,11 @@ void blocked_query_batch(const blocked::LineScheme& scheme, const std::uint64_t*
 // Sets the eight bits of every digest.
 void blocked_insert_batch(const blocked::LineScheme& scheme, std::uint64_t* words,
                           const Digest* digests, std::size_t count) noexcept;
+// blocked_insert_batch, and the content fingerprint of the digests
+// (ContentFingerprint::of) summed in the same pass.
+ContentFingerprint blocked_insert_fingerprinted(const blocked::LineScheme& scheme,
+                                                std::uint64_t* words, const Digest* digests,
+                                                std::size_t count) noexcept;
 // Step 1 and the block: block[i] and q[i] of digests[i] by the vector hash
 // and block index of the dispatched target (tails by blocked.hpp). For tests.
 void blocked_hash_batch(const blocked::LineScheme& scheme, const Digest* digests,

@@ -13,6 +13,7 @@
 #include "partition.hpp"
 #include "abf/blocked.hpp"
 #include "abf/simd/target.hpp"
+#include "blocked_simd.h"
 #include "probe_simd.h"
 
 namespace abf {
@@ -34,6 +35,41 @@ class SimdLane final : public BuildLane {
       : scheme_(scheme.probe()), words_(words), word_count_(scheme.bit_count() / 64) {}
 
   Result<void> insert(std::span<const Digest> digests) override {
+    return insert_into(digests, nullptr);
+  }
+
+  // The one-line protocols sum the fingerprint in their insert kernels'
+  // pass (blocked_insert_fingerprinted), each lane's part on its thread.
+  Result<void> insert_fingerprinted(std::span<const Digest> digests,
+                                    ContentFingerprint& sum) override {
+    if (!blocked::is_blocked_protocol(scheme_.protocol)) {
+      return BuildLane::insert_fingerprinted(digests, sum);
+    }
+    return insert_into(digests, &sum);
+  }
+
+  Result<void> finish() override {
+    if (partitioned_) {
+      partitioned_->flush(words_);
+      partitioned_.reset();
+    }
+    if (!lanes_.empty()) {
+      std::uint64_t* words = words_;
+      parallel_for_chunks(0, word_count_, 1 << 16, [&](std::size_t begin, std::size_t end) {
+        for (const auto& lane : lanes_) {
+          const std::uint64_t* other = lane.get();
+          for (std::size_t w = begin; w < end; ++w) words[w] |= other[w];
+        }
+      });
+      lanes_.clear();
+    }
+    return {};
+  }
+
+ private:
+  // Inserts the chunk; with `sum` (blocked protocols only), also its
+  // content fingerprint.
+  Result<void> insert_into(std::span<const Digest> digests, ContentFingerprint* sum) {
     const std::size_t threads = available_threads();
     // Beyond the LLC the positions are sorted by range before they are set
     // (partition.hpp), with one thread as with many: one thread so
@@ -62,42 +98,39 @@ class SimdLane final : public BuildLane {
       while (lanes_.size() + 1 < wanted) lanes_.push_back(allocate_words(word_count_));
     }
     if (lanes_.empty()) {
+      if (sum != nullptr && threads == 1) {
+        *sum = simd::blocked_insert_fingerprinted(simd::line_scheme_of(scheme_), words_,
+                                                  digests.data(), digests.size());
+        return {};
+      }
       parallel_insert(simd::insert_batch, scheme_, words_, digests.data(), digests.size());
+      if (sum != nullptr) *sum = content_fingerprint_of(digests);
       return {};
     }
     // Contiguous parts, one per lane; each lane is written by one task only.
     const std::size_t parts = lanes_.size() + 1;
     const std::size_t per_part = (digests.size() + parts - 1) / parts;
+    std::vector<ContentFingerprint> sums(sum != nullptr ? parts : 0);
     parallel_for_chunks(0, parts, 1, [&](std::size_t first, std::size_t last) {
       for (std::size_t part = first; part < last; ++part) {
         const std::size_t begin = std::min(digests.size(), part * per_part);
         const std::size_t end = std::min(digests.size(), begin + per_part);
         std::uint64_t* lane = part == 0 ? words_ : lanes_[part - 1].get();
-        simd::insert_batch(scheme_, lane, digests.data() + begin, end - begin);
+        if (sum != nullptr) {
+          sums[part] = simd::blocked_insert_fingerprinted(simd::line_scheme_of(scheme_), lane,
+                                                          digests.data() + begin, end - begin);
+        } else {
+          simd::insert_batch(scheme_, lane, digests.data() + begin, end - begin);
+        }
       }
     });
-    return {};
-  }
-
-  Result<void> finish() override {
-    if (partitioned_) {
-      partitioned_->flush(words_);
-      partitioned_.reset();
-    }
-    if (!lanes_.empty()) {
-      std::uint64_t* words = words_;
-      parallel_for_chunks(0, word_count_, 1 << 16, [&](std::size_t begin, std::size_t end) {
-        for (const auto& lane : lanes_) {
-          const std::uint64_t* other = lane.get();
-          for (std::size_t w = begin; w < end; ++w) words[w] |= other[w];
-        }
-      });
-      lanes_.clear();
+    if (sum != nullptr) {
+      *sum = ContentFingerprint{};
+      for (const ContentFingerprint& part : sums) *sum += part;
     }
     return {};
   }
 
- private:
   probe::Scheme scheme_;
   std::uint64_t* words_;
   std::size_t word_count_;

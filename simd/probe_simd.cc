@@ -21,17 +21,11 @@
 #include "blocked_simd.h"
 #include "probe_simd.h"
 
-// XXH3's constants (XXH_PRIME64_*, XXH3_kSecret) for the vector content
-// fingerprint below, from the library's own header.
-#ifndef XXH_INLINE_ALL
-#define XXH_INLINE_ALL
-#endif
-#include <xxhash.h>
-
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "probe_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "fingerprint-inl.h"
 #include "probe_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -187,105 +181,10 @@ void ReduceBatch(std::uint64_t bit_count, const std::uint64_t* x, std::size_t co
   for (; i < count; ++i) out[i] = x[i] % bit_count;
 }
 
-// The content fingerprint (abf/fingerprint.hpp): XXH3-128 (seed 0) of each
-// 32-byte digest, summed mod 2^128, one digest a lane. For a 32-byte input
-// XXH3-128 is one round of XXH128_mix32B and the finish of
-// XXH3_len_17to128_128b (xxhash.h 0.8): two 64x64 -> 128-bit products, three
-// 64-bit ones and two avalanches, here built from 32x32 -> 64-bit MulEven
-// (AVX2 has no 64-bit multiply). Tested against the library on every target
-// (SimdTargetTest.ContentFingerprintEqualsTheLibrary).
-
-// The 128-bit product of the u64 lanes a and b, as its low and high halves
-// (XXH_mult64to128's portable form, a lane at a time).
-template <class D, class V = hn::VFromD<D>>
-HWY_INLINE void Mul128(D d, V a, V b, V& low, V& high) {
-#if HWY_TARGET == HWY_SCALAR
-  __extension__ using U128 = unsigned __int128;
-  const U128 product = static_cast<U128>(hn::GetLane(a)) * hn::GetLane(b);
-  low = hn::Set(d, static_cast<std::uint64_t>(product));
-  high = hn::Set(d, static_cast<std::uint64_t>(product >> 64));
-#else
-  const hn::Repartition<std::uint32_t, D> d32;
-  const V a_high = hn::ShiftRight<32>(a);
-  const V b_high = hn::ShiftRight<32>(b);
-  const V lo_lo = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, b));
-  const V hi_lo = hn::MulEven(hn::BitCast(d32, a_high), hn::BitCast(d32, b));
-  const V lo_hi = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, b_high));
-  const V hi_hi = hn::MulEven(hn::BitCast(d32, a_high), hn::BitCast(d32, b_high));
-  const V low32 = hn::Set(d, std::uint64_t{0xffffffff});
-  // Cannot overflow: at most (2^32 - 1)^2 + 2 (2^32 - 1) = 2^64 - 1.
-  const V cross = hn::Add(hn::Add(hn::ShiftRight<32>(lo_lo), hn::And(hi_lo, low32)), lo_hi);
-  high = hn::Add(hn::Add(hn::ShiftRight<32>(hi_lo), hn::ShiftRight<32>(cross)), hi_hi);
-  low = hn::Or(hn::ShiftLeft<32>(cross), hn::And(lo_lo, low32));
-#endif
-}
-
-// a * constant mod 2^64 in every lane.
-template <class D, class V = hn::VFromD<D>>
-HWY_INLINE V MulLow64(D d, V a, std::uint64_t constant) {
-#if HWY_TARGET == HWY_SCALAR
-  return hn::Set(d, hn::GetLane(a) * constant);
-#else
-  const hn::Repartition<std::uint32_t, D> d32;
-  const V c = hn::Set(d, constant);
-  const V c_high = hn::Set(d, constant >> 32);
-  const V lo_lo = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, c));
-  const V cross = hn::Add(hn::MulEven(hn::BitCast(d32, hn::ShiftRight<32>(a)), hn::BitCast(d32, c)),
-                          hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, c_high)));
-  return hn::Add(lo_lo, hn::ShiftLeft<32>(cross));
-#endif
-}
-
-// XXH3_avalanche.
-template <class D, class V = hn::VFromD<D>>
-HWY_INLINE V Avalanche(D d, V h) {
-  h = hn::Xor(h, hn::ShiftRight<37>(h));
-  h = MulLow64(d, h, 0x165667919E3779F9ULL);
-  return hn::Xor(h, hn::ShiftRight<32>(h));
-}
-
+// The content fingerprint (abf/fingerprint.hpp), a digest a lane
+// (fingerprint-inl.h).
 void FingerprintBatch(const Digest* digests, std::size_t count, std::uint64_t* sum) {
-  using D = hn::ScalableTag<std::uint64_t>;
-  const D d;
-  const std::size_t lanes = hn::Lanes(d);
-  const auto secret = [](std::size_t word) { return XXH_readLE64(XXH3_kSecret + 8 * word); };
-  const auto s0 = hn::Set(d, secret(0));
-  const auto s1 = hn::Set(d, secret(1));
-  const auto s2 = hn::Set(d, secret(2));
-  const auto s3 = hn::Set(d, secret(3));
-  constexpr std::uint64_t kLength = Digest::kSize;
-  const auto start = hn::Set(d, kLength * XXH_PRIME64_1);
-  const auto length_term = hn::Set(d, kLength * XXH_PRIME64_2);  // (len - seed) * PRIME64_2
-  auto sum_low = hn::Zero(d);
-  auto sum_high = hn::Zero(d);
-  std::size_t i = 0;
-  for (; i + lanes <= count; i += lanes) {
-    // Each digest's four little-endian words (XXH_readLE64 of bytes 0, 8, 16, 24).
-    hn::VFromD<D> w0, w1, w2, w3;
-    hn::LoadInterleaved4(d, reinterpret_cast<const std::uint64_t*>(digests + i), w0, w1, w2, w3);
-    hn::VFromD<D> lo, hi;
-    // XXH128_mix32B(acc, input, input + 16, secret, 0).
-    Mul128(d, hn::Xor(w0, s0), hn::Xor(w1, s1), lo, hi);
-    auto acc_low = hn::Xor(hn::Add(start, hn::Xor(lo, hi)), hn::Add(w2, w3));
-    Mul128(d, hn::Xor(w2, s2), hn::Xor(w3, s3), lo, hi);
-    auto acc_high = hn::Xor(hn::Xor(lo, hi), hn::Add(w0, w1));
-    const auto low = Avalanche(d, hn::Add(acc_low, acc_high));
-    const auto high_in = hn::Add(hn::Add(MulLow64(d, acc_low, XXH_PRIME64_1),
-                                         MulLow64(d, acc_high, XXH_PRIME64_4)),
-                                 length_term);
-    const auto high = hn::Sub(hn::Zero(d), Avalanche(d, high_in));
-    // The lane's running sum mod 2^128: a carry out of the low half adds
-    // one to the high half (subtracting the all-ones mask).
-    sum_low = hn::Add(sum_low, low);
-    sum_high = hn::Sub(hn::Add(sum_high, high), hn::VecFromMask(d, hn::Lt(sum_low, low)));
-  }
-  HWY_ALIGN std::uint64_t lows[HWY_MAX_BYTES / sizeof(std::uint64_t)];
-  HWY_ALIGN std::uint64_t highs[HWY_MAX_BYTES / sizeof(std::uint64_t)];
-  hn::Store(sum_low, d, lows);
-  hn::Store(sum_high, d, highs);
-  ContentFingerprint total;
-  for (std::size_t lane = 0; lane < lanes; ++lane) total += {.low = lows[lane], .high = highs[lane]};
-  for (; i < count; ++i) total += ContentFingerprint::of(digests[i]);
+  const ContentFingerprint total = FingerprintRange(digests, count);
   sum[0] = total.low;
   sum[1] = total.high;
 }

@@ -8,8 +8,10 @@
 #include <tbb/global_control.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -89,7 +91,19 @@ std::vector<BuildRow> build_rows() {
   return rows;
 }
 
+// The content fingerprint by its definition (PROTOCOL.md section 7): the
+// sum of the library's XXH3-128 of each member, mod 2^128.
+ContentFingerprint reference_fingerprint(const std::vector<Digest>& digests) {
+  ContentFingerprint sum;
+  for (const Digest& digest : digests) {
+    const XXH128_hash_t hash = XXH3_128bits(digest.bytes.data(), Digest::kSize);
+    sum += {.low = hash.low64, .high = hash.high64};
+  }
+  return sum;
+}
+
 void check_build(const Filter& filter, const BuildRow& row) {
+  EXPECT_EQ(filter.content_fingerprint(), reference_fingerprint(test::member_digests(row.members)));
   EXPECT_EQ(filter.hash_protocol_version(), row.protocol);
   EXPECT_EQ(filter.bit_count(), row.bit_count);
   EXPECT_EQ(filter.hash_count(), row.hash_count);
@@ -134,19 +148,38 @@ TEST(BlockedFilter, EveryGoldenBuildOnEveryBackendWholeAndChunked) {
   }
 }
 
-// Parallel builds are bit-exact with the reference at every thread count:
-// the largest golden build of each protocol under 1, 2 and 4 threads.
+// Parallel builds are bit-exact with the reference at every thread count,
+// payload and content fingerprint (which the SIMD lane sums in its insert
+// pass, on each thread its part): every golden build under 1, 2, 3 and 4
+// threads, whole and in chunks of 1,000 and 40,000 (below and above the
+// SIMD lane's private-bitset batch).
 TEST(BlockedFilter, ParallelBuildsEqualTheReferenceAtEveryThreadCount) {
   for (const auto& row : build_rows()) {
-    if (row.members < 100'000) continue;
     const auto members = test::member_digests(row.members);
-    for (const std::size_t threads : {1u, 2u, 4u}) {
+    const ContentFingerprint expected = reference_fingerprint(members);
+    for (const std::size_t threads : {1u, 2u, 3u, 4u}) {
+      SCOPED_TRACE("protocol " + std::to_string(row.protocol) + ", members " +
+                   std::to_string(row.members) + ", " + std::to_string(threads) + " threads");
       tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
       auto filter =
-          build_filter(members, row.spec, BuildOptions{.protocol = row.protocol, .key = row.key});
+          build_filter(members, row.spec, BuildOptions{.protocol = row.protocol, .key = row.key},
+                       Backend::kSimd);
       ASSERT_TRUE(filter.has_value());
-      EXPECT_EQ(sha256(filter->payload()).hex(), row.payload_sha256)
-          << "protocol " << row.protocol << ", " << threads << " threads";
+      EXPECT_EQ(sha256(filter->payload()).hex(), row.payload_sha256);
+      EXPECT_EQ(filter->content_fingerprint(), expected);
+      for (const std::size_t chunk : {std::size_t{1000}, std::size_t{40'000}}) {
+        auto builder =
+            FilterBuilder::create(row.spec, BuildOptions{.protocol = row.protocol, .key = row.key});
+        ASSERT_TRUE(builder.has_value());
+        for (std::size_t offset = 0; offset < members.size(); offset += chunk) {
+          const std::size_t size = std::min(chunk, members.size() - offset);
+          ASSERT_TRUE(builder->add(std::span(members).subspan(offset, size), Backend::kSimd));
+        }
+        auto chunked = std::move(*builder).finish();
+        ASSERT_TRUE(chunked.has_value());
+        EXPECT_EQ(sha256(chunked->payload()).hex(), row.payload_sha256) << "chunks of " << chunk;
+        EXPECT_EQ(chunked->content_fingerprint(), expected) << "chunks of " << chunk;
+      }
     }
   }
 }
@@ -219,20 +252,25 @@ TEST(BlockedSnapshot, GoldenFilesLoadCopiedAndMappedAndAnswerAsTheirBuilds) {
 TEST(BlockedSnapshot, ABuildSavesTheGoldenFileAndLoadsBack) {
   const auto rows = build_rows();
   test::TempDir dir("abf-blocked");
-  for (const auto& golden : kGolden) {
-    const BuildRow& row = row_of(rows, golden.protocol);
-    auto filter = build_filter(test::member_digests(1000), row.spec,
-                               BuildOptions{.catalog_version = 42,
-                                            .catalog_id = test::golden_catalog_id(),
-                                            .protocol = golden.protocol,
-                                            .key = row.key});
-    ASSERT_TRUE(filter.has_value());
-    const auto path = dir / ("p" + std::to_string(golden.protocol) + ".abf");
-    ASSERT_TRUE(save_snapshot(*filter, path));
-    EXPECT_EQ(test::read_file(path), test::read_file(test::data_path(golden.file)));
-    auto back = load_snapshot(path, LoadOptions{.key = row.key});
-    ASSERT_TRUE(back.has_value()) << back.error().describe();
-    EXPECT_EQ(back->scheme(), filter->scheme());
+  // One thread (the SIMD lane's fused insert and fingerprint) and two.
+  for (const std::size_t threads : {1u, 2u}) {
+    for (const auto& golden : kGolden) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+      const BuildRow& row = row_of(rows, golden.protocol);
+      auto filter = build_filter(test::member_digests(1000), row.spec,
+                                 BuildOptions{.catalog_version = 42,
+                                              .catalog_id = test::golden_catalog_id(),
+                                              .protocol = golden.protocol,
+                                              .key = row.key});
+      ASSERT_TRUE(filter.has_value());
+      const auto path = dir / ("p" + std::to_string(golden.protocol) + ".abf");
+      ASSERT_TRUE(save_snapshot(*filter, path));
+      EXPECT_EQ(test::read_file(path), test::read_file(test::data_path(golden.file)));
+      auto back = load_snapshot(path, LoadOptions{.key = row.key});
+      ASSERT_TRUE(back.has_value()) << back.error().describe();
+      EXPECT_EQ(back->scheme(), filter->scheme());
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <xxhash.h>
 
 #include <bit>
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "abf/blocked.hpp"
 #include "abf/digest.hpp"
+#include "abf/fingerprint.hpp"
 #include "abf/layout_blocked.hpp"
 #include "abf/scheme.hpp"
 #include "blocked_kernels.hpp"
@@ -193,6 +195,57 @@ TEST_P(SimdBlockedTest, EveryBatchLengthAndStart) {
       simd::blocked_insert_batch(s, b.data(), probes.data() + start, count);
       ASSERT_EQ(b, a) << "start " << start << ", count " << count;
     }
+  }
+}
+
+// The content fingerprint by its definition: the library's XXH3-128 of each
+// digest, summed mod 2^128.
+ContentFingerprint reference_fingerprint(const Digest* digests, std::size_t count) {
+  ContentFingerprint sum;
+  for (std::size_t i = 0; i < count; ++i) {
+    const XXH128_hash_t hash = XXH3_128bits(digests[i].bytes.data(), Digest::kSize);
+    sum += {.low = hash.low64, .high = hash.high64};
+  }
+  return sum;
+}
+
+// The insert that sums the fingerprint in its pass sets the reference's
+// bits and returns the reference's fingerprint: every batch length around
+// the lane and group sizes and the prefetch distance (64, or 32 past 32 MiB)
+// at every start 0..8, in a filter below the prefetch threshold (no
+// prefetch), above it, and past 32 MiB (lengths beyond the distance only).
+TEST_P(SimdBlockedTest, InsertFingerprintedEqualsTheReferenceAtEveryLengthAndStart) {
+  auto probes = test::random_digests(200, 21);
+  const auto edges = adversarial_digests();
+  probes.insert(probes.begin() + 50, edges.begin(), edges.end());
+  for (const std::uint64_t blocks :
+       {std::uint64_t{7}, std::uint64_t{16'383}, std::uint64_t{20'000}}) {
+    SCOPED_TRACE("B = " + std::to_string(blocks));
+    const auto s = scheme(blocks, 4);
+    for (std::size_t start = 0; start < 9; ++start) {
+      for (std::size_t count = 0; start + count <= 150; ++count) {
+        std::vector<std::uint64_t> a(s.block_count * 8, 0), b(a);
+        scalar::blocked_insert_batch(s, a.data(), probes.data() + start, count);
+        const ContentFingerprint sum =
+            simd::blocked_insert_fingerprinted(s, b.data(), probes.data() + start, count);
+        ASSERT_EQ(b, a) << "start " << start << ", count " << count;
+        ASSERT_EQ(sum, reference_fingerprint(probes.data() + start, count))
+            << "start " << start << ", count " << count;
+      }
+    }
+  }
+  // Past 32 MiB, a long batch: lengths around the distance 32 and a large one.
+  const auto s = scheme(600'001, 5);
+  const auto many = test::random_digests(50'003, 22);
+  for (const std::size_t count : {std::size_t{0}, std::size_t{31}, std::size_t{32}, std::size_t{33},
+                                  std::size_t{40}, std::size_t{41}, many.size()}) {
+    std::vector<std::uint64_t> a(s.block_count * 8, 0), b(a);
+    scalar::blocked_insert_batch(s, a.data(), many.data() + 1, count - (count == many.size()));
+    const ContentFingerprint sum = simd::blocked_insert_fingerprinted(
+        s, b.data(), many.data() + 1, count - (count == many.size()));
+    ASSERT_EQ(b, a) << "count " << count;
+    ASSERT_EQ(sum, reference_fingerprint(many.data() + 1, count - (count == many.size())))
+        << "count " << count;
   }
 }
 

@@ -55,6 +55,11 @@ class BuildLane {
   // Inserts a chunk. On failure some of its bits may be set already: bits of
   // digests the caller then inserts elsewhere, harmless.
   virtual Result<void> insert(std::span<const Digest> digests) = 0;
+  // insert, and `sum` = the content fingerprint of the chunk (equal to
+  // content_fingerprint_one_by_one). By default insert and then
+  // content_fingerprint_of (filter.cpp); a lane may sum it in the same pass.
+  virtual Result<void> insert_fingerprinted(std::span<const Digest> digests,
+                                            ContentFingerprint& sum);
   // Sets every bit still held elsewhere in the builder's words.
   virtual Result<void> finish() = 0;
 };

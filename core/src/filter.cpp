@@ -60,6 +60,13 @@ BlockPool& words_pool() {
 std::size_t pooled_words_bytes() noexcept { return words_pool().held_bytes(); }
 void release_pooled_words() noexcept { words_pool().clear(); }
 
+Result<void> BuildLane::insert_fingerprinted(std::span<const Digest> digests,
+                                             ContentFingerprint& sum) {
+  if (auto inserted = insert(digests); !inserted) return inserted;
+  sum = content_fingerprint_of(digests);
+  return {};
+}
+
 }  // namespace detail
 
 std::shared_ptr<std::uint64_t> allocate_words(std::size_t word_count) {
@@ -188,14 +195,18 @@ Result<void> FilterBuilder::add(std::span<const Digest> digests, Backend backend
   if (!choice) return std::unexpected(choice.error());
   // An automatic choice that fails at run time (a GPU out of memory or
   // lost) falls back; the fallback sets the same bits.
+  // The chunk's content fingerprint, from the lane that inserted it (the
+  // SIMD lane sums it in the insert's own pass over the digests).
+  ContentFingerprint sum;
   const auto added = detail::run_with_fallback(*choice, [&](const detail::Engine& engine) {
     auto lane = lane_for(engine);
     if (!lane) return Result<void>(std::unexpected(lane.error()));
-    return (*lane)->insert(digests);
+    sum = ContentFingerprint{};
+    return (*lane)->insert_fingerprinted(digests, sum);
   });
   if (!added) return added;
   info_.inserted_item_count += digests.size();
-  *info_.content_fingerprint += detail::content_fingerprint_of(digests);
+  *info_.content_fingerprint += sum;
   return {};
 }
 
