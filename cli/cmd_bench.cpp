@@ -877,6 +877,7 @@ TargetAdvice target_advice(const std::vector<Row>& rows,
   std::size_t fastest_wins = 0;
   std::size_t fastest_rows = 0;
   double fastest_noise = 0;
+  std::size_t fastest_noisy_rows = 0;  // of the rows compared (both targets'), spread > 20%
   std::string runner_up;
   double runner_up_ratio = 0;
   for (const std::string& target : measured_targets) {
@@ -905,6 +906,8 @@ TargetAdvice target_advice(const std::vector<Row>& rows,
       fastest_wins = wins;
       fastest_rows = compared;
       fastest_noise = median(spreads);
+      fastest_noisy_rows = static_cast<std::size_t>(
+          std::ranges::count_if(spreads, [](double value) { return value > kHighSpread; }));
     }
     if (runner_up.empty() || ratio < runner_up_ratio) {
       runner_up = target;
@@ -915,6 +918,10 @@ TargetAdvice target_advice(const std::vector<Row>& rows,
   std::string text;
   json["fastest"] = fastest;
   if (fastest != chosen) {
+    // Settled: no row compared is flagged, and the gain passes their
+    // median spread and 3%.
+    const bool settled =
+        fastest_noisy_rows == 0 && 1 - fastest_ratio >= std::max(0.03, fastest_noise);
     std::snprintf(ratio_text, sizeof ratio_text, "%.2f", fastest_ratio);
     text = "SIMD target " + fastest + " measured faster than " + chosen + " (" + how + ") on " +
            std::to_string(fastest_wins) + " of the " + std::to_string(fastest_rows) +
@@ -923,10 +930,15 @@ TargetAdvice target_advice(const std::vector<Row>& rows,
            "ABF_SIMD_TARGET=" +
            fastest + " for any abf command (e.g. ABF_SIMD_TARGET=" + fastest +
            " abf query ...), or --simd-target " + fastest + " for abf bench." +
-           (1 - fastest_ratio < std::max(0.03, fastest_noise)
-                ? " (Within the rows' spread or 3%: rerun, with more --repetitions, to confirm "
-                  "before choosing.)"
+           (!settled
+                ? " (Not settled: " +
+                      (fastest_noisy_rows > 0
+                           ? std::to_string(fastest_noisy_rows) +
+                                 " of the rows compared have spreads over 20%"
+                           : std::string("within the rows' spread or 3%")) +
+                      "; rerun with more --repetitions, on an idle machine, before choosing.)"
                 : "");
+    json["settled"] = settled;
     json["faster_than_in_use"] = true;
     json["time_ratio"] = fastest_ratio;
     json["rows_faster"] = fastest_wins;
