@@ -923,21 +923,20 @@ TargetAdvice target_advice(const std::vector<Row>& rows,
     const bool settled =
         fastest_noisy_rows == 0 && 1 - fastest_ratio >= std::max(0.03, fastest_noise);
     std::snprintf(ratio_text, sizeof ratio_text, "%.2f", fastest_ratio);
-    text = "SIMD target " + fastest + " measured faster than " + chosen + " (" + how + ") on " +
-           std::to_string(fastest_wins) + " of the " + std::to_string(fastest_rows) +
-           " rows both ran (geometric mean " + ratio_text +
-           "x its time). To use it: "
-           "ABF_SIMD_TARGET=" +
-           fastest + " for any abf command (e.g. ABF_SIMD_TARGET=" + fastest +
-           " abf query ...), or --simd-target " + fastest + " for abf bench." +
-           (!settled
-                ? " (Not settled: " +
-                      (fastest_noisy_rows > 0
-                           ? std::to_string(fastest_noisy_rows) +
-                                 " of the rows compared have spreads over 20%"
-                           : std::string("within the rows' spread or 3%")) +
-                      "; rerun with more --repetitions, on an idle machine, before choosing.)"
-                : "");
+    text =
+        "SIMD target " + fastest + " measured faster than " + chosen + " (" + how + ") on " +
+        std::to_string(fastest_wins) + " of the " + std::to_string(fastest_rows) +
+        " rows both ran (geometric mean " + ratio_text +
+        "x its time). To use it: "
+        "ABF_SIMD_TARGET=" +
+        fastest + " for any abf command (e.g. ABF_SIMD_TARGET=" + fastest +
+        " abf query ...), or --simd-target " + fastest + " for abf bench." +
+        (!settled ? " (Not settled: " +
+                        (fastest_noisy_rows > 0 ? std::to_string(fastest_noisy_rows) +
+                                                      " of the rows compared have spreads over 20%"
+                                                : std::string("within the rows' spread or 3%")) +
+                        "; rerun with more --repetitions, on an idle machine, before choosing.)"
+                  : "");
     json["settled"] = settled;
     json["faster_than_in_use"] = true;
     json["time_ratio"] = fastest_ratio;
