@@ -114,6 +114,79 @@ TEST(ServiceTest, AnswersEqualTheExactStoreWithAndWithoutTheFilter) {
   }
 }
 
+// find_missing gives exists_batch's verdicts as the missing indices, with
+// the same counts: with the filter, without it, asking the store about
+// every digest, and at a head past the snapshot (its added digests held or
+// not), on random catalogs and on an empty batch.
+TEST(ServiceTest, FindMissingIsExistsBatchAsMissingIndices) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const auto universe = test::random_digests(3000, seed * 13);
+    MemoryRepository store;
+    store.add(std::span(universe).first(1500));
+    store.remove(std::span(universe).subspan(1000, 200));
+    Metrics metrics;
+    SnapshotPublisher publisher(&metrics);
+    ASSERT_TRUE(publisher.publish(build_at(store, *store.latest_version(), 3000, 0.2)).has_value());
+    // Added after the snapshot: the filter's `absent` for these is wrong.
+    store.add(std::span(universe).subspan(1500, 500));
+    const std::uint64_t head_version = *store.latest_version();
+    const ArtifactExistenceService filtered(publisher, store, &metrics);
+    const ArtifactExistenceService exact(publisher, store, nullptr, {.use_filter = false});
+    const ArtifactExistenceService every(publisher, store, nullptr, {.ask_store_up_to = 1u << 20});
+    const ArtifactExistenceService uncached(publisher, store, nullptr, {.head_cache_digests = 0});
+    const auto queries = mixed_queries(universe, 2000, seed * 17);
+    const auto snapshot = publisher.current();
+    for (const ArtifactExistenceService* service : {&filtered, &exact, &every, &uncached}) {
+      auto head = service->head(*snapshot);
+      ASSERT_TRUE(head.has_value()) << head.error().describe();
+      ASSERT_EQ(head->catalog_version, head_version);
+      auto want = std::make_unique<bool[]>(queries.size());
+      ASSERT_TRUE(store.exists_at_version(queries, head->catalog_version,
+                                          {want.get(), queries.size()}));
+      std::vector<std::uint32_t> want_missing;
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        if (!want[i]) want_missing.push_back(static_cast<std::uint32_t>(i));
+      }
+      for (const std::size_t count : {queries.size(), std::size_t{1}, std::size_t{0}}) {
+        const auto part = std::span(queries).first(count);
+        auto exists = std::make_unique<bool[]>(std::max<std::size_t>(count, 1));
+        auto by_bool = service->exists_batch(part, {exists.get(), count}, *snapshot, *head);
+        ASSERT_TRUE(by_bool.has_value()) << by_bool.error().describe();
+        std::vector<std::uint32_t> missing = {7};  // appended to, never cleared
+        auto by_index = service->find_missing(part, *snapshot, *head, missing);
+        ASSERT_TRUE(by_index.has_value()) << by_index.error().describe();
+        ASSERT_EQ(missing.front(), 7u);
+        missing.erase(missing.begin());
+        std::vector<std::uint32_t> expected;
+        for (const std::uint32_t i : want_missing) {
+          if (i < count) expected.push_back(i);
+        }
+        ASSERT_EQ(missing, expected) << "seed " << seed << ", " << count << " digests";
+        for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(exists[i], want[i]) << "digest " << i;
+        const auto& a = *by_bool;
+        const auto& b = *by_index;
+        EXPECT_EQ(a.total, b.total);
+        EXPECT_EQ(a.negative, b.negative);
+        EXPECT_EQ(a.maybe, b.maybe);
+        EXPECT_EQ(a.false_positive, b.false_positive);
+        EXPECT_EQ(a.head_lookups, b.head_lookups);
+        EXPECT_EQ(a.head_present, b.head_present);
+        EXPECT_EQ(a.exact_lookups, b.exact_lookups);
+        EXPECT_EQ(a.present, b.present);
+        EXPECT_EQ(b.present + missing.size(), count);
+      }
+    }
+    // The lag mattered: some digests were present only at the head.
+    auto head = filtered.head(*snapshot);
+    ASSERT_TRUE(head.has_value());
+    std::vector<std::uint32_t> missing;
+    auto counts = filtered.find_missing(queries, *snapshot, *head, missing);
+    ASSERT_TRUE(counts.has_value());
+    EXPECT_GT(counts->head_present, 0u);
+    EXPECT_GT(counts->false_positive, 0u);
+  }
+}
+
 // The same through the SQLite catalog, with bulk_dedup.
 TEST(ServiceTest, DedupThroughSqliteEqualsTheExactStore) {
   const test::TempDir temp("abf-service-test");  // removed also when an assertion ends the test

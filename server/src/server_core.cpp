@@ -181,9 +181,10 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
         "tenant " + tenant.config.name + " has no verified snapshot yet; retry after a reload", 5);
   }
   auto head = tenant.service->head(*snapshot);
-  auto exists = std::make_unique<bool[]>(std::max<std::size_t>(digests.size(), 1));
-  auto counts = head ? tenant.service->exists_batch(
-                           digests, std::span<bool>(exists.get(), digests.size()), *snapshot, *head)
+  // The engine's verdicts arrive as the missing indices the answer is
+  // written from: one form from the filter to the response.
+  FindMissingOutcome outcome;
+  auto counts = head ? tenant.service->find_missing(digests, *snapshot, *head, outcome.missing)
                      : Result<service::BatchCounts>(std::unexpected(head.error()));
   if (!counts) {
     logger_->log(LogLevel::kError, {{"event", "catalog_error"},
@@ -219,13 +220,8 @@ RequestResult<FindMissingOutcome> Core::find_missing(Tenant& tenant,
     return refuse(503, "catalog_unavailable",
                   "tenant " + tenant.config.name + ": the catalog could not answer; retry", 1);
   }
-  FindMissingOutcome outcome;
   outcome.counts = *counts;
   outcome.catalog_version = head->catalog_version;
-  outcome.missing.reserve(digests.size() - counts->present);
-  for (std::size_t i = 0; i < digests.size(); ++i) {
-    if (!exists[i]) outcome.missing.push_back(static_cast<std::uint32_t>(i));
-  }
   // After exists_batch counted the filter answers: a release that sees
   // these missing digests also has their answers.
   tenant.missing_answered.fetch_add(outcome.missing.size(), std::memory_order_release);

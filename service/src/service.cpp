@@ -436,6 +436,21 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
                                                  std::to_string(exists.size()) + " entries for " +
                                                  std::to_string(digests.size()) + " digests");
   }
+  return answer_batch(digests, &exists, nullptr, snapshot, head);
+}
+
+Result<BatchCounts> ArtifactExistenceService::find_missing(std::span<const Digest> digests,
+                                                           const Snapshot& snapshot,
+                                                           const Head& head,
+                                                           std::vector<std::uint32_t>& missing) const {
+  return answer_batch(digests, nullptr, &missing, snapshot, head);
+}
+
+Result<BatchCounts> ArtifactExistenceService::answer_batch(std::span<const Digest> digests,
+                                                           std::span<bool>* exists,
+                                                           std::vector<std::uint32_t>* missing,
+                                                           const Snapshot& snapshot,
+                                                           const Head& head) const {
   if (auto ok = check_snapshot(snapshot); !ok) return std::unexpected(ok.error());
   if (head.lag.snapshot_version != snapshot.catalog_version()) {
     return fail(ErrorCode::kInvalidArgument,
@@ -448,11 +463,27 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
   BatchCounts counts;
   counts.total = digests.size();
   if (!options_.use_filter) {
-    if (auto asked = repository_.exists_at_version(digests, version, exists); !asked) {
+    // The store answers every digest, as bools: into `exists`, or into a
+    // scratch array turned into the missing indices.
+    std::unique_ptr<bool[]> scratch;
+    std::span<bool> answers;
+    if (exists != nullptr) {
+      answers = exists->first(digests.size());
+    } else {
+      scratch = std::make_unique<bool[]>(std::max<std::size_t>(digests.size(), 1));
+      answers = std::span<bool>(scratch.get(), digests.size());
+    }
+    if (auto asked = repository_.exists_at_version(digests, version, answers); !asked) {
       return std::unexpected(asked.error());
     }
     counts.exact_lookups = digests.size();
-    for (std::size_t i = 0; i < digests.size(); ++i) counts.present += exists[i] ? 1 : 0;
+    for (std::size_t i = 0; i < digests.size(); ++i) counts.present += answers[i] ? 1 : 0;
+    if (missing != nullptr) {
+      missing->reserve(missing->size() + digests.size() - counts.present);
+      for (std::size_t i = 0; i < digests.size(); ++i) {
+        if (!answers[i]) missing->push_back(static_cast<std::uint32_t>(i));
+      }
+    }
     if (metrics_ != nullptr) {
       metrics_->add(Counter::kExactLookup, counts.exact_lookups);
       metrics_->add(Counter::kFilterBypass, counts.total);
@@ -482,11 +513,12 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
       ask_index.push_back(static_cast<std::uint32_t>(i));
       ask_digests.push_back(digests[i]);
     }
-    exists[i] = false;
   }
+  // found[j]: the verdict for digests[ask_index[j]] (the store's answer,
+  // or the filter's `absent` where it stands).
+  auto found = std::make_unique<bool[]>(std::max<std::size_t>(ask_digests.size(), 1));
+  const std::span<bool> found_span(found.get(), ask_digests.size());
   if (!ask_digests.empty()) {
-    auto found = std::make_unique<bool[]>(ask_digests.size());
-    std::span<bool> found_span(found.get(), ask_digests.size());
     if (auto asked = repository_.exists_at_version(ask_digests, version, found_span); !asked) {
       return std::unexpected(asked.error());
     }
@@ -497,9 +529,9 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
         // Asked only for the time it takes: the filter's `absent` stands
         // (the store agrees unless the snapshot is not its catalog's, which
         // check_snapshot rules out).
+        found_span[j] = false;
         continue;
       }
-      exists[i] = found_span[j];
       if (found_span[j]) {
         ++counts.present;
         if (!maybe) ++counts.head_present;
@@ -507,6 +539,22 @@ Result<BatchCounts> ArtifactExistenceService::exists_batch(std::span<const Diges
         ++counts.false_positive;
       }
     }
+  }
+  // The verdicts in the caller's form: a digest not asked about is absent
+  // (the filter said so), digests[ask_index[j]] is found[j].
+  if (exists != nullptr) {
+    std::fill_n(exists->begin(), digests.size(), false);
+    for (std::size_t j = 0; j < ask_index.size(); ++j) (*exists)[ask_index[j]] = found_span[j];
+  } else {
+    missing->reserve(missing->size() + digests.size() - counts.present);
+    std::uint32_t next = 0;  // the first index not yet answered
+    for (std::size_t j = 0; j < ask_index.size(); ++j) {
+      const std::uint32_t i = ask_index[j];
+      for (; next < i; ++next) missing->push_back(next);
+      if (!found_span[j]) missing->push_back(i);
+      next = i + 1;
+    }
+    for (; next < digests.size(); ++next) missing->push_back(next);
   }
   counts.negative = counts.total - counts.maybe - counts.head_lookups;
   counts.exact_lookups = ask_digests.size();

@@ -198,6 +198,11 @@ class ArtifactExistenceService {
                                    const Snapshot& snapshot) const;
   Result<BatchCounts> exists_batch(std::span<const Digest> digests, std::span<bool> exists,
                                    const Snapshot& snapshot, const Head& head) const;
+  // The same verdicts in the form a find-missing answer needs: the indices
+  // into `digests` of those that do not exist, ascending, appended to
+  // `missing` (no bool per digest in between). Counts and errors as above.
+  Result<BatchCounts> find_missing(std::span<const Digest> digests, const Snapshot& snapshot,
+                                   const Head& head, std::vector<std::uint32_t>& missing) const;
 
   // Reads the catalog's head once and prepares what answering there with
   // `snapshot` needs: the digests added after its version, from memory when
@@ -229,6 +234,11 @@ class ArtifactExistenceService {
   const std::optional<CatalogBinding>& catalog_binding() const noexcept { return binding_; }
 
  private:
+  // exists_batch and find_missing: the verdicts into `exists` when it is
+  // not null, else the missing indices into `missing`.
+  Result<BatchCounts> answer_batch(std::span<const Digest> digests, std::span<bool>* exists,
+                                   std::vector<std::uint32_t>* missing, const Snapshot& snapshot,
+                                   const Head& head) const;
   Result<ExistenceAnswer> ask_store(const Digest& digest, std::uint64_t version) const;
   // The filter of `snapshot` (null: none) is used only for its own version,
   // or, with `head`, for a version in (v, head->catalog_version].
