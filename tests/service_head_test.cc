@@ -98,7 +98,8 @@ TEST(ServiceHeadTest, AnOlderSnapshotAnswersExactlyAtTheHead) {
     const std::uint64_t head = *store.latest_version();
     ASSERT_FALSE(appeared(store, v, head).empty());  // the trap is armed
 
-    for (const std::uint64_t bound : {kDefaultHeadCacheDigests, std::uint64_t{50}, std::uint64_t{0}}) {
+    for (const std::uint64_t bound :
+         {kDefaultHeadCacheDigests, std::uint64_t{50}, std::uint64_t{0}}) {
       SCOPED_TRACE("bound " + std::to_string(bound));
       Metrics metrics;
       const ArtifactExistenceService service(publisher, store, &metrics,
@@ -139,10 +140,10 @@ TEST(ServiceHeadTest, AnOlderSnapshotAnswersExactlyAtTheHead) {
         EXPECT_EQ(counts->negative, 0u);  // every filter absent went to the store
       }
       // The bulk dedup job: one head for the whole job.
-      auto reader = DigestReader::from_memory(
-          std::string_view(reinterpret_cast<const char*>(queries.data()),
-                            queries.size() * sizeof(Digest)),
-          InputFormat::kBinary, "queries");
+      auto reader =
+          DigestReader::from_memory(std::string_view(reinterpret_cast<const char*>(queries.data()),
+                                                     queries.size() * sizeof(Digest)),
+                                    InputFormat::kBinary, "queries");
       std::vector<Digest> absent;
       auto report = bulk_dedup(
           service, reader,
@@ -325,9 +326,8 @@ TEST(ServiceHeadTest, NoAddedDigestIsEverMissingOnceItsAddReturned) {
 // The stores' range queries agree with each other and with the histories
 // that made them; the SQLite one reads its index.
 TEST(ServiceHeadTest, StoresListTheDigestsAddedInAVersionRange) {
-  char pattern[] = "/tmp/abf-head-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const fs::path dir = pattern;
+  const test::TempDir temp("abf-head-test");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   {
     auto catalog = SqliteCatalog::create(dir / "c.db");
     ASSERT_TRUE(catalog.has_value()) << catalog.error().describe();
@@ -365,8 +365,8 @@ TEST(ServiceHeadTest, StoresListTheDigestsAddedInAVersionRange) {
         EXPECT_TRUE(missed.empty());
       }
     }
-    for (ArtifactRepository* store : {static_cast<ArtifactRepository*>(&*catalog),
-                                      static_cast<ArtifactRepository*>(&memory)}) {
+    for (ArtifactRepository* store :
+         {static_cast<ArtifactRepository*>(&*catalog), static_cast<ArtifactRepository*>(&memory)}) {
       EXPECT_EQ(store->changes_between(3, 13).error().code, ErrorCode::kInvalidArgument);
       EXPECT_EQ(store->changes_between(5, 4).error().code, ErrorCode::kInvalidArgument);
       auto beyond = store->for_each_digest_added(
@@ -390,16 +390,14 @@ TEST(ServiceHeadTest, StoresListTheDigestsAddedInAVersionRange) {
     sqlite3_close(db);
     EXPECT_NE(plan.find("artifacts_by_added_version"), std::string::npos) << plan;
   }
-  fs::remove_all(dir);
 }
 
 // The reproduction through the SQLite catalog: catalog add makes
 // version 2 after the snapshot of version 1; dedup lists none of version 2's
 // digests as new, and says how far the snapshot lags.
 TEST(ServiceHeadTest, DedupWithASnapshotOfTheVersionBeforeListsNoAddedDigestAsNew) {
-  char pattern[] = "/tmp/abf-head-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const fs::path dir = pattern;
+  const test::TempDir temp("abf-head-test");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   {
     auto catalog = SqliteCatalog::create(dir / "c.db");
     ASSERT_TRUE(catalog.has_value());
@@ -417,10 +415,10 @@ TEST(ServiceHeadTest, DedupWithASnapshotOfTheVersionBeforeListsNoAddedDigestAsNe
     input.insert(input.end(), v2.begin(), v2.end());
     const auto strangers = test::random_digests(500, 63);
     input.insert(input.end(), strangers.begin(), strangers.end());
-    auto reader = DigestReader::from_memory(
-        std::string_view(reinterpret_cast<const char*>(input.data()),
-                         input.size() * sizeof(Digest)),
-        InputFormat::kBinary, "input");
+    auto reader =
+        DigestReader::from_memory(std::string_view(reinterpret_cast<const char*>(input.data()),
+                                                   input.size() * sizeof(Digest)),
+                                  InputFormat::kBinary, "input");
     std::vector<Digest> news;
     auto report = bulk_dedup(service, reader, [&](std::span<const Digest> part) -> Result<void> {
       news.insert(news.end(), part.begin(), part.end());
@@ -437,7 +435,6 @@ TEST(ServiceHeadTest, DedupWithASnapshotOfTheVersionBeforeListsNoAddedDigestAsNe
     ASSERT_TRUE(lag.has_value());
     EXPECT_EQ(lag->digests_added, 1000u);
   }
-  fs::remove_all(dir);
 }
 
 std::string file_bytes(const fs::path& path) {
@@ -450,16 +447,16 @@ std::string file_bytes(const fs::path& path) {
 // head (unkeyed and keyed); after a removal, or beyond the capacity, it is
 // refused (a full build is needed).
 TEST(ServiceHeadTest, AdvancedFilterIsBitIdenticalToAFreshBuildOfTheHead) {
-  char pattern[] = "/tmp/abf-head-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const fs::path dir = pattern;
+  const test::TempDir temp("abf-head-test");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   {
     auto catalog = SqliteCatalog::create(dir / "c.db");
     ASSERT_TRUE(catalog.has_value());
     const BloomSpec spec{.expected_item_count = 5000, .target_fpp = 0.01};
     ASSERT_TRUE(catalog->add(test::random_digests(1500, 71)).has_value());
     ASSERT_TRUE(catalog->remove(test::random_digests(100, 71)).has_value());  // version 2
-    for (const std::optional<Key>& key : {std::optional<Key>{}, std::optional<Key>{test::golden_key().key}}) {
+    for (const std::optional<Key>& key :
+         {std::optional<Key>{}, std::optional<Key>{test::golden_key().key}}) {
       SCOPED_TRACE(key ? "keyed" : "unkeyed");
       const std::uint64_t v = *catalog->latest_version();
       auto base = build_filter_from_catalog(*catalog, v, spec, key);
@@ -506,7 +503,6 @@ TEST(ServiceHeadTest, AdvancedFilterIsBitIdenticalToAFreshBuildOfTheHead) {
     ASSERT_FALSE(removed.has_value());
     EXPECT_EQ(removed.error().code, ErrorCode::kInvalidArgument);
   }
-  fs::remove_all(dir);
 }
 
 // The incremental rebuild keeps the filter's protocol, whatever the key
@@ -515,16 +511,16 @@ TEST(ServiceHeadTest, AdvancedFilterIsBitIdenticalToAFreshBuildOfTheHead) {
 // fresh blocked build of the head; a key given to protocol 3, or none to
 // protocol 4, is refused as for the classic protocols.
 TEST(ServiceHeadTest, AdvancedBlockedFilterKeepsItsProtocol) {
-  char pattern[] = "/tmp/abf-head-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(pattern), nullptr);
-  const fs::path dir = pattern;
+  const test::TempDir temp("abf-head-test");  // removed also when an assertion ends the test
+  const fs::path& dir = temp.path();
   {
     auto catalog = SqliteCatalog::create(dir / "c.db");
     ASSERT_TRUE(catalog.has_value());
     const BloomSpec spec{.expected_item_count = 6000, .target_fpp = 0.01};
     ASSERT_TRUE(catalog->add(test::random_digests(1200, 171)).has_value());
     const Key key = test::golden_key().key;
-    for (const std::uint32_t protocol : {blocked::kProtocolBlocked, blocked::kProtocolBlockedKeyed}) {
+    for (const std::uint32_t protocol :
+         {blocked::kProtocolBlocked, blocked::kProtocolBlockedKeyed}) {
       const bool keyed = protocol == blocked::kProtocolBlockedKeyed;
       SCOPED_TRACE("protocol " + std::to_string(protocol));
       const std::optional<Key> use = keyed ? std::optional<Key>{key} : std::nullopt;
@@ -552,13 +548,12 @@ TEST(ServiceHeadTest, AdvancedBlockedFilterKeepsItsProtocol) {
       EXPECT_TRUE(bytes == file_bytes(dir / "advanced.abf"));
       // The wrong key material for the protocol: refused, never a filter
       // of another protocol.
-      auto wrong = advance_filter(*base, *catalog, head,
-                                  keyed ? std::nullopt : std::optional<Key>{key});
+      auto wrong =
+          advance_filter(*base, *catalog, head, keyed ? std::nullopt : std::optional<Key>{key});
       ASSERT_FALSE(wrong.has_value());
       EXPECT_EQ(wrong.error().code, keyed ? ErrorCode::kKeyRequired : ErrorCode::kKeyMismatch);
     }
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

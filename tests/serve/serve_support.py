@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import select
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -165,6 +166,33 @@ def write_private(path, text):
     return path
 
 
+def temp_dir(owner, prefix):
+    """A new temporary directory, removed by `owner`'s cleanups: a TestCase
+    (addCleanup, from setUp or a test) or a TestCase class (addClassCleanup,
+    from setUpClass). Cleanups run even when setUp or setUpClass fails
+    later, which tearDown and tearDownClass do not, and after them, so a
+    server stopped there is gone before its files are removed."""
+    directory = tempfile.mkdtemp(prefix=prefix)
+    if isinstance(owner, type):
+        owner.addClassCleanup(shutil.rmtree, directory, True)
+    else:
+        owner.addCleanup(shutil.rmtree, directory, True)
+    return directory
+
+
+_running = []
+
+
+@atexit.register
+def _kill_running():
+    """A server whose test failed before its stop() is killed when the test
+    process exits, not left listening."""
+    for server in _running:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(timeout=10)
+
+
 class Server:
     """A running `abf serve`: started with `args`, its ready line read from
     stdout (bounded wait), its log kept; stop() sends SIGTERM and waits, and
@@ -180,6 +208,8 @@ class Server:
             [abf_binary(), "serve"] + (["--listen", "127.0.0.1:0"] if listen else []) +
             [str(a) for a in args],
             stdout=subprocess.PIPE, stderr=self.log, preexec_fn=preexec_fn)
+        _running.append(self)
+        self.stopped = False
         self.ready = None
         if expect_failure:
             self.returncode = self.process.wait(timeout=timeout)
@@ -237,6 +267,8 @@ class Server:
 
     def stop(self, timeout=30):
         """SIGTERM, then the exit status (killed after `timeout` seconds)."""
+        if self.stopped:
+            return self.process.returncode
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -249,6 +281,8 @@ class Server:
         self.last_log = self.log_text()
         self.log.close()
         returncode = self.process.returncode
+        self.stopped = True
+        _running.remove(self)
         try:
             os.unlink(self.log_path)
         except OSError:

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,15 +33,12 @@ def copy_catalog(source, target):
 
 class ServeRefusesAnotherContent(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-binding-")
+        self.dir = support.temp_dir(self, "abf-serve-binding-")
         self.catalog = support.Catalog(self.dir, expected_items=5000)
         self.token = "binding-test-token-0123456789"
         self.tokens = support.write_private(os.path.join(self.dir, "tokens"),
                                             "%s default,@admin\n" % self.token)
         self.headers = {"Authorization": "Bearer " + self.token}
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def restored_and_advanced(self):
         """Reproduction 1: backed up at version 1, X added (version 2), the

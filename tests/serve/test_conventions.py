@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 import unittest
 import zlib
@@ -79,7 +78,7 @@ class ConnectionHeaders(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-conventions-")
+        cls.dir = support.temp_dir(cls, "abf-serve-conventions-")
         cls.catalog = support.Catalog(cls.dir)
         cls.catalog.add(MEMBERS)
         cls.catalog.build()
@@ -91,7 +90,6 @@ class ConnectionHeaders(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def connect(self):
@@ -242,7 +240,7 @@ class MetricsAndLogs(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-metrics-")
+        cls.dir = support.temp_dir(cls, "abf-serve-metrics-")
         cls.catalog = support.Catalog(cls.dir)
         cls.catalog.add(MEMBERS)
         cls.catalog.build()     # version 1 is served
@@ -262,7 +260,6 @@ class MetricsAndLogs(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def metrics(self):
@@ -394,17 +391,13 @@ class StartupRule(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-startup-")
+        cls.dir = support.temp_dir(cls, "abf-serve-startup-")
         cls.catalog = support.Catalog(cls.dir)
         cls.catalog.add(MEMBERS)
         cls.catalog.build()
         cls.other = support.Catalog(cls.dir, "other")
         cls.other.add(NEW[:100])
         cls.other.build()
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
 
     def path(self, name):
         return os.path.join(self.dir, name)
@@ -514,8 +507,7 @@ class IndexReloads(unittest.TestCase):
     at every reload that re-reads the same one."""
 
     def test_index_published_only_when_the_index_changed(self):
-        directory = tempfile.mkdtemp(prefix="abf-serve-index-reload-")
-        self.addCleanup(shutil.rmtree, directory, True)
+        directory = support.temp_dir(self, "abf-serve-index-reload-")
         catalog = support.Catalog(directory)
         catalog.add(MEMBERS)
         catalog.build()

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +23,7 @@ NEW = support.digests("new", 2000)
 class FindMissingBlobs(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-grpc-")
+        cls.dir = support.temp_dir(cls, "abf-serve-grpc-")
         cls.pb2, cls.pb2_grpc = support.generate_grpc_modules(cls.dir)
         cls.a = support.Catalog(cls.dir, "a")
         cls.b = support.Catalog(cls.dir, "b")
@@ -52,7 +51,6 @@ class FindMissingBlobs(unittest.TestCase):
     def tearDownClass(cls):
         cls.channel.close()
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def request(self, items, instance="a", function=None, sizes=None):
@@ -280,7 +278,7 @@ class StandardServices(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-grpc-std-")
+        cls.dir = support.temp_dir(cls, "abf-serve-grpc-std-")
         cls.pb2, cls.pb2_grpc = support.generate_grpc_modules(cls.dir)
         cls.health_pb2, cls.health_grpc = support.generate_grpc_modules(cls.dir, "health")
         cls.catalog = support.Catalog(cls.dir, "a")
@@ -306,7 +304,6 @@ class StandardServices(unittest.TestCase):
     def tearDownClass(cls):
         cls.channel.close()
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def check(self, service):
@@ -387,8 +384,7 @@ class StandardServices(unittest.TestCase):
 
 class HealthFollowsReadiness(unittest.TestCase):
     def test_health_says_not_serving_when_the_server_is_not_ready(self):
-        directory = tempfile.mkdtemp(prefix="abf-serve-grpc-health-")
-        self.addCleanup(shutil.rmtree, directory, True)
+        directory = support.temp_dir(self, "abf-serve-grpc-health-")
         health_pb2, health_grpc = support.generate_grpc_modules(directory, "health")
         catalog = support.Catalog(directory)
         catalog.add(MEMBERS[:100])
@@ -426,44 +422,41 @@ def requests_status(url):
 
 class Tls(unittest.TestCase):
     def test_grpc_over_tls(self):
-        directory = tempfile.mkdtemp(prefix="abf-serve-grpc-tls-")
+        directory = support.temp_dir(self, "abf-serve-grpc-tls-")
+        pb2, pb2_grpc = support.generate_grpc_modules(directory)
+        catalog = support.Catalog(directory)
+        catalog.add(MEMBERS[:100])
+        catalog.build()
+        cert = os.path.join(directory, "cert.pem")
+        key = os.path.join(directory, "key.pem")
+        result = subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+             "-out", cert, "-days", "2", "-subj", "/CN=localhost", "-addext",
+             "subjectAltName=DNS:localhost,IP:127.0.0.1"], capture_output=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        server = support.Server("--snapshot", catalog.snapshot, "--db", catalog.db,
+                                "--grpc-listen", "127.0.0.1:0", "--tls-cert", cert,
+                                "--tls-key", key)
         try:
-            pb2, pb2_grpc = support.generate_grpc_modules(directory)
-            catalog = support.Catalog(directory)
-            catalog.add(MEMBERS[:100])
-            catalog.build()
-            cert = os.path.join(directory, "cert.pem")
-            key = os.path.join(directory, "key.pem")
-            result = subprocess.run(
-                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                 "-out", cert, "-days", "2", "-subj", "/CN=localhost", "-addext",
-                 "subjectAltName=DNS:localhost,IP:127.0.0.1"], capture_output=True, timeout=60)
-            self.assertEqual(result.returncode, 0, result.stderr)
-            server = support.Server("--snapshot", catalog.snapshot, "--db", catalog.db,
-                                    "--grpc-listen", "127.0.0.1:0", "--tls-cert", cert,
-                                    "--tls-key", key)
-            try:
-                with open(cert, "rb") as pem:
-                    credentials = grpc.ssl_channel_credentials(root_certificates=pem.read())
-                port = server.grpc.rsplit(":", 1)[1]
-                with grpc.secure_channel("localhost:" + port, credentials) as channel:
-                    stub = pb2_grpc.ContentAddressableStorageStub(channel)
-                    request = pb2.FindMissingBlobsRequest()
-                    request.blob_digests.add(hash=MEMBERS[0].hex(), size_bytes=1)
-                    request.blob_digests.add(hash=NEW[0].hex(), size_bytes=2)
-                    response = stub.FindMissingBlobs(request, timeout=30)
-                    self.assertEqual([d.hash for d in response.missing_blob_digests],
-                                     [NEW[0].hex()])
-                # A plaintext client gets no answer from the TLS port.
-                with grpc.insecure_channel(server.grpc) as channel:
-                    stub = pb2_grpc.ContentAddressableStorageStub(channel)
-                    with self.assertRaises(grpc.RpcError) as raised:
-                        stub.FindMissingBlobs(pb2.FindMissingBlobsRequest(), timeout=30)
-                    self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
-            finally:
-                self.assertEqual(server.stop(), 0)
+            with open(cert, "rb") as pem:
+                credentials = grpc.ssl_channel_credentials(root_certificates=pem.read())
+            port = server.grpc.rsplit(":", 1)[1]
+            with grpc.secure_channel("localhost:" + port, credentials) as channel:
+                stub = pb2_grpc.ContentAddressableStorageStub(channel)
+                request = pb2.FindMissingBlobsRequest()
+                request.blob_digests.add(hash=MEMBERS[0].hex(), size_bytes=1)
+                request.blob_digests.add(hash=NEW[0].hex(), size_bytes=2)
+                response = stub.FindMissingBlobs(request, timeout=30)
+                self.assertEqual([d.hash for d in response.missing_blob_digests],
+                                 [NEW[0].hex()])
+            # A plaintext client gets no answer from the TLS port.
+            with grpc.insecure_channel(server.grpc) as channel:
+                stub = pb2_grpc.ContentAddressableStorageStub(channel)
+                with self.assertRaises(grpc.RpcError) as raised:
+                    stub.FindMissingBlobs(pb2.FindMissingBlobsRequest(), timeout=30)
+                self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            self.assertEqual(server.stop(), 0)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -98,16 +97,12 @@ def read_head(sock):
 class Fixture(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-hostile-")
+        cls.dir = support.temp_dir(cls, "abf-serve-hostile-")
         cls.catalog = support.Catalog(cls.dir)
         cls.catalog.add(MEMBERS)
         cls.catalog.build()
         cls.tokens = support.write_private(os.path.join(cls.dir, "tokens"),
                                            "%s default\n%s @admin\n" % (TOKEN, ADMIN))
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
 
     def config(self, name, **limits):
         path = os.path.join(self.dir, name)

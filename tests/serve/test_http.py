@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -36,7 +35,7 @@ class SingleTenant(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-http-")
+        cls.dir = support.temp_dir(cls, "abf-serve-http-")
         cls.catalog = support.Catalog(cls.dir)
         cls.catalog.add(MEMBERS)
         cls.catalog.add(LATER)
@@ -51,7 +50,6 @@ class SingleTenant(unittest.TestCase):
     def tearDownClass(cls):
         cls.session.close()
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def post(self, body, content_type, **kwargs):
@@ -323,7 +321,7 @@ class Tenants(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-tenants-")
+        cls.dir = support.temp_dir(cls, "abf-serve-tenants-")
         cls.a = support.Catalog(cls.dir, "a")
         cls.b = support.Catalog(cls.dir, "b")
         cls.shared = support.digests("shared", 200)
@@ -360,7 +358,6 @@ class Tenants(unittest.TestCase):
     def tearDownClass(cls):
         cls.session.close()
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def ask(self, tenant, token, items, extra_headers=None):
@@ -459,7 +456,7 @@ class RateLimits(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-rates-")
+        cls.dir = support.temp_dir(cls, "abf-serve-rates-")
         cls.a = support.Catalog(cls.dir, "a")
         cls.a.add(MEMBERS[:100])
         cls.a.build()
@@ -481,7 +478,6 @@ class RateLimits(unittest.TestCase):
     def tearDownClass(cls):
         cls.session.close()
         status = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def ask(self, token, items):
@@ -525,13 +521,10 @@ class RateLimits(unittest.TestCase):
 
 class Startup(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-start-")
+        self.dir = support.temp_dir(self, "abf-serve-start-")
         self.catalog = support.Catalog(self.dir)
         self.catalog.add(MEMBERS[:100])
         self.catalog.build()
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_token_file_readable_by_others_is_refused(self):
         tokens = support.write_private(os.path.join(self.dir, "tokens"),

@@ -13,7 +13,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -56,9 +55,7 @@ def readyz(session, server):
 
 class ServeWithIndex(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-index-")
-        # Removed even when setUp fails below (tearDown would not run).
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-index-")
         # A filter with many false positives, so that the index answers many
         # maybes (an fpp of 0.3 leaves ~900 of the 3,000 absent digests maybe).
         self.catalog = support.Catalog(self.dir, expected_items=4000, fpp=0.3)
@@ -71,7 +68,6 @@ class ServeWithIndex(unittest.TestCase):
         for server in self.servers:
             if server.process.poll() is None:
                 server.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def serve(self, *extra):
         server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,

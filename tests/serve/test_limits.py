@@ -10,11 +10,9 @@ is measured by server/bench/keyed_timing.py, docs/serve.md)."""
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -47,8 +45,7 @@ def poll(condition, deadline_seconds=20, interval=0.05, what="the condition"):
 
 class ZeroLimitsOnTheCommandLine(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-limits-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-limits-")
         self.catalog = support.Catalog(self.dir, expected_items=1000)
         self.catalog.add(MEMBERS[:10])
         self.catalog.build()
@@ -86,8 +83,7 @@ class HealthProbesPastThePerClientCap(unittest.TestCase):
     CAP = 4
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-probes-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-probes-")
         catalog = support.Catalog(self.dir, expected_items=1000)
         catalog.add(MEMBERS[:10])
         catalog.build()
@@ -206,8 +202,7 @@ class KeyedSingleDigestLookups(unittest.TestCase):
     a batch of more still asks only about the filter's maybes."""
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-keyed-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-keyed-")
         key = os.path.join(self.dir, "a.key")
         support.run_abf("key", "generate", "-o", key)
         self.catalog = support.Catalog(self.dir, "a", expected_items=5000, fpp=0.3, key_file=key)

@@ -9,7 +9,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -93,13 +92,12 @@ class Server:
 class PrivateOperations(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="abf-serve-ops-")
+        cls.dir = support.temp_dir(cls, "abf-serve-ops-")
         cls.ops = Server(cls.dir)
 
     @classmethod
     def tearDownClass(cls):
         status = cls.ops.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         assert status == 0, "abf serve exited %d" % status
 
     def get(self, path, token=None):
@@ -150,10 +148,7 @@ class MetricsAttack(unittest.TestCase):
     PROBES = 200
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-attack-")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = support.temp_dir(self, "abf-serve-attack-")
 
     def probes(self, server):
         """100 missing digests the keyed filter answers maybe, 100 it answers
@@ -251,7 +246,7 @@ class Promtool(unittest.TestCase):
             sys.stderr.write("SKIP: promtool is missing (Debian prometheus, which scripts/setup "
                              "installs)\n")
             raise unittest.SkipTest("promtool is missing")
-        directory = tempfile.mkdtemp(prefix="abf-serve-promtool-")
+        directory = support.temp_dir(self, "abf-serve-promtool-")
         server = Server(directory, release={"interval_seconds": 1, "min_missing_digests": 1},
                         grpc=True)
         try:
@@ -299,7 +294,6 @@ class Promtool(unittest.TestCase):
                                             endpoint="FindMissingBlobs", le="+Inf"), 0)
         finally:
             self.assertEqual(server.stop(), 0)
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 class Grpc(unittest.TestCase):
@@ -308,11 +302,8 @@ class Grpc(unittest.TestCase):
 
     def setUp(self):
         support.require("grpc", "grpc_tools", "google.protobuf")
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-ops-grpc-")
+        self.dir = support.temp_dir(self, "abf-serve-ops-grpc-")
         self.pb2, self.pb2_grpc = support.generate_grpc_modules(self.dir)
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def outcomes(self, extra_tenants):
         import grpc

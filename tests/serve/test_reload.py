@@ -8,10 +8,8 @@ snapshot is counted while the previous one keeps serving."""
 
 import os
 import random
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import unittest
 from array import array
@@ -39,7 +37,7 @@ def read(path):
 
 class ReloadUnderLoad(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-reload-")
+        self.dir = support.temp_dir(self, "abf-serve-reload-")
         self.pb2, self.pb2_grpc = support.generate_grpc_modules(self.dir)
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(INITIAL)
@@ -61,7 +59,6 @@ class ReloadUnderLoad(unittest.TestCase):
     def tearDown(self):
         self.done.set()
         status = self.server.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
         self.assertEqual(status, 0)
 
     def record(self, client, sequence, version, picks, missing):

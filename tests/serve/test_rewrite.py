@@ -15,10 +15,8 @@ Also: the 503 of a rewrite that only the index's version saw names the
 index, not the snapshot."""
 
 import os
-import shutil
 import sqlite3
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +84,7 @@ def add_as_schema_two(path, items):
 
 class SchemaTwoCatalogRewritten(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-rewrite2-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-rewrite2-")
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)  # version 1
         self.backup = os.path.join(self.dir, "backup.db")
@@ -258,8 +255,7 @@ class IndexRewrittenAlone(unittest.TestCase):
     503 says the index is at fault (it named the snapshot before)."""
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-rewrite-index-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-rewrite-index-")
         self.session = requests.Session()
         self.addCleanup(self.session.close)
 
