@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -188,6 +190,68 @@ TEST(AskStoreUpTo, ASingleDigestIsAskedWhateverTheFilterSaysAndAnsweredTheSame) 
   ASSERT_TRUE(batch.has_value());
   EXPECT_EQ(counting.asked, batch->maybe);
   EXPECT_EQ(uniform_metrics.get(Counter::kExactLookup), queries.size() + batch->maybe);
+}
+
+// The attack on the bound: one missing digest repeated in one batch. Each
+// copy a lookup would make N copies of a digest the filter answers maybe
+// cost N lookups and N copies of one it answers absent none, which one
+// request can time. With the bound set, a digest is looked up once per
+// batch, and N copies of one digest are a batch of one digest: one lookup
+// either way. Without it (unkeyed tenants, the CLI), counts are unchanged.
+TEST(AskStoreUpTo, RepeatsOfADigestInOneBatchCostOneLookup) {
+  MemoryRepository memory;
+  const auto members = test::member_digests(500);
+  memory.add(members);
+  auto filter = build_filter(members, {.expected_item_count = 1000, .target_fpp = 0.01}, 1);
+  ASSERT_TRUE(filter.has_value()) << filter.error().describe();
+  // A missing digest the filter answers maybe (a false positive), and one it
+  // answers absent.
+  std::optional<Digest> maybe, absent;
+  for (const Digest& d : test::random_digests(400'000, 23)) {
+    const bool hit = filter->might_contain(d);
+    if (hit && !maybe) maybe = d;
+    if (!hit && !absent) absent = d;
+    if (maybe && absent) break;
+  }
+  ASSERT_TRUE(maybe.has_value()) << "no false positive among 400,000 random digests";
+  ASSERT_TRUE(absent.has_value());
+  SnapshotPublisher publisher;
+  ASSERT_TRUE(publisher.publish(std::move(*filter)).has_value());
+  CountingRepository counting(memory);
+  const ArtifactExistenceService plain(publisher, counting, nullptr);
+  const ArtifactExistenceService uniform(publisher, counting, nullptr, {.ask_store_up_to = 1});
+  constexpr std::size_t kCopies = 1000;
+  for (const Digest& probe : {*maybe, *absent}) {
+    SCOPED_TRACE(probe == *maybe ? "filter maybe" : "filter absent");
+    const std::vector<Digest> copies(kCopies, probe);
+    const auto got = std::make_unique<bool[]>(kCopies);
+    const std::span<bool> answers(got.get(), kCopies);
+    std::fill(answers.begin(), answers.end(), true);
+    counting.asked = 0;
+    auto counts = uniform.exists_batch(copies, answers);
+    ASSERT_TRUE(counts.has_value()) << counts.error().describe();
+    EXPECT_EQ(counting.asked, 1u);
+    EXPECT_EQ(counts->exact_lookups, 1u);
+    EXPECT_EQ(std::count(answers.begin(), answers.end(), true), 0);  // every copy missing
+    // Beside a member, repeated: each distinct digest the filter answers
+    // maybe looked up once (the member, and the probe if maybe).
+    std::vector<Digest> pairs;
+    for (std::size_t i = 0; i < kCopies / 2; ++i) {
+      pairs.push_back(probe);
+      pairs.push_back(members[0]);
+    }
+    std::fill(answers.begin(), answers.end(), true);
+    counting.asked = 0;
+    ASSERT_TRUE(uniform.exists_batch(pairs, answers).has_value());
+    EXPECT_EQ(counting.asked, probe == *maybe ? 2u : 1u);
+    for (std::size_t i = 0; i < kCopies; ++i) EXPECT_EQ(answers[i], i % 2 == 1) << i;
+    // The plain service asks about each maybe copy, as before.
+    counting.asked = 0;
+    auto before = plain.exists_batch(copies, answers);
+    ASSERT_TRUE(before.has_value());
+    EXPECT_EQ(counting.asked, probe == *maybe ? kCopies : 0u);
+    EXPECT_EQ(before->exact_lookups, counting.asked);
+  }
 }
 
 }  // namespace

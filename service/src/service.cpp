@@ -37,6 +37,40 @@ bool Head::must_ask(const Digest& digest) const noexcept {
 
 namespace {
 
+// Whether `digests` holds at most `limit` distinct digests (limit is small:
+// abf serve's 1; stops at the first digest past it).
+bool at_most_distinct(std::span<const Digest> digests, std::size_t limit) {
+  if (digests.size() <= limit) return true;
+  std::vector<Digest> seen;
+  seen.reserve(limit + 1);
+  for (const Digest& digest : digests) {
+    if (std::find(seen.begin(), seen.end(), digest) != seen.end()) continue;
+    if (seen.size() == limit) return false;
+    seen.push_back(digest);
+  }
+  return true;
+}
+
+// Moves the distinct digests of `digests` to its front, in sorted order,
+// and returns their count; slot[j] is the position there of the digest that
+// was at j.
+std::size_t distinct_lookups(std::vector<Digest>& digests, std::vector<std::uint32_t>& slot) {
+  std::vector<std::uint32_t> order(digests.size());
+  for (std::uint32_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return digests[a] < digests[b]; });
+  slot.assign(digests.size(), 0);
+  std::vector<Digest> distinct;
+  distinct.reserve(digests.size());
+  for (const std::uint32_t j : order) {
+    if (distinct.empty() || distinct.back() != digests[j]) distinct.push_back(digests[j]);
+    slot[j] = static_cast<std::uint32_t>(distinct.size() - 1);
+  }
+  const std::size_t count = distinct.size();
+  std::copy(distinct.begin(), distinct.end(), digests.begin());
+  return count;
+}
+
 // `fresh` (sorted) appended to `runs`, merging while the last run is not
 // more than twice the size of the one after it.
 void append_run(std::vector<std::shared_ptr<const std::vector<Digest>>>& runs,
@@ -501,9 +535,11 @@ Result<BatchCounts> ArtifactExistenceService::answer_batch(std::span<const Diges
   }
   std::vector<std::uint32_t> ask_index;
   std::vector<Digest> ask_digests;
-  // A small batch asks about every digest (ServiceOptions::ask_store_up_to):
-  // one store lookup each, whatever the filter said.
-  const bool ask_every = digests.size() <= options_.ask_store_up_to;
+  // A batch of few distinct digests asks about every digest
+  // (ServiceOptions::ask_store_up_to): one store lookup each, whatever the
+  // filter said. Distinct: one digest repeated is still one digest.
+  const bool uniform = options_.ask_store_up_to > 0;
+  const bool ask_every = uniform && at_most_distinct(digests, options_.ask_store_up_to);
   for (std::size_t i = 0; i < digests.size(); ++i) {
     const bool maybe = answers[i] == Answer::kMaybe;
     if (maybe) ++counts.maybe;
@@ -518,9 +554,24 @@ Result<BatchCounts> ArtifactExistenceService::answer_batch(std::span<const Diges
   // or the filter's `absent` where it stands).
   auto found = std::make_unique<bool[]>(std::max<std::size_t>(ask_digests.size(), 1));
   const std::span<bool> found_span(found.get(), ask_digests.size());
+  std::size_t lookups = ask_digests.size();
   if (!ask_digests.empty()) {
-    if (auto asked = repository_.exists_at_version(ask_digests, version, found_span); !asked) {
+    // Where time must not tell the filter's answer, a digest repeated in
+    // one batch is looked up once: otherwise N copies of a digest the
+    // filter answers maybe cost N lookups and one it answers absent none,
+    // a difference one request can time (docs/serve.md, keyed tenants).
+    std::vector<std::uint32_t> slot;  // ask j -> its lookup
+    if (uniform) lookups = distinct_lookups(ask_digests, slot);
+    // The distinct digests' answers, spread to found after (unkeyed: none).
+    auto looked = std::make_unique<bool[]>(slot.empty() ? 1 : lookups);
+    const std::span<bool> looked_span(looked.get(), slot.empty() ? 0 : lookups);
+    if (auto asked = repository_.exists_at_version(std::span(ask_digests.data(), lookups), version,
+                                                   slot.empty() ? found_span : looked_span);
+        !asked) {
       return std::unexpected(asked.error());
+    }
+    if (!slot.empty()) {
+      for (std::size_t j = 0; j < ask_index.size(); ++j) found_span[j] = looked_span[slot[j]];
     }
     for (std::size_t j = 0; j < ask_index.size(); ++j) {
       const std::uint32_t i = ask_index[j];
@@ -557,7 +608,7 @@ Result<BatchCounts> ArtifactExistenceService::answer_batch(std::span<const Diges
     for (; next < digests.size(); ++next) missing->push_back(next);
   }
   counts.negative = counts.total - counts.maybe - counts.head_lookups;
-  counts.exact_lookups = ask_digests.size();
+  counts.exact_lookups = lookups;
   if (metrics_ != nullptr) {
     metrics_->add(Counter::kQuery, counts.total);
     metrics_->add(Counter::kNegative, counts.negative);
