@@ -72,15 +72,28 @@ void Core::follow_loop(std::stop_token stop) {
 Result<bool> Core::follow_tenant(Tenant& tenant) {
   const auto snapshot = tenant.publisher->current();
   if (snapshot == nullptr) return false;  // nothing to follow from; reloads bring one
+  service::SqliteCatalog& catalog = *tenant.follow_catalog;
+  const auto start = std::chrono::steady_clock::now();
   auto lag = tenant.service->lag();
-  if (!lag) return std::unexpected(lag.error());
-  if (lag->versions_behind == 0 || (lag->versions_behind < config_.head.follow_lag_versions &&
-                                    lag->digests_added < config_.head.follow_lag_digests)) {
+  // The snapshot's own version now holds other digests (the catalog's
+  // history rewritten: a backup restored and advanced): the tenant answers
+  // nothing until a snapshot of the new history is published, and none can
+  // be advanced from this one, so the head is built in full.
+  const bool rewritten = !lag && lag.error().code == ErrorCode::kCatalogMismatch;
+  if (!lag && !rewritten) return std::unexpected(lag.error());
+  if (!rewritten &&
+      (lag->versions_behind == 0 || (lag->versions_behind < config_.head.follow_lag_versions &&
+                                     lag->digests_added < config_.head.follow_lag_digests))) {
     return false;
   }
-  const auto start = std::chrono::steady_clock::now();
-  service::SqliteCatalog& catalog = *tenant.follow_catalog;
-  const std::uint64_t head = lag->head_version;
+  std::uint64_t head = 0;
+  if (rewritten) {
+    auto latest = catalog.latest_version();
+    if (!latest) return std::unexpected(latest.error());
+    head = *latest;
+  } else {
+    head = lag->head_version;
+  }
   const FilterSet& serving = snapshot->filter;
   std::string kind;
   if (serving.shard_count() == 1) {
@@ -88,7 +101,7 @@ Result<bool> Core::follow_tenant(Tenant& tenant) {
     Result<Filter> filter = std::unexpected(Error{ErrorCode::kInvalidArgument, ""});
     // Both paths keep base's protocol (advance_filter builds the added
     // digests in it; the full build is asked for it).
-    if (lag->digests_removed == 0) {
+    if (!rewritten && lag->digests_removed == 0) {
       filter = service::advance_filter(base, catalog, head, tenant.key, backend_);
       kind = "incremental";
       // A removal or a full capacity needs the full build below; anything
@@ -134,7 +147,7 @@ Result<bool> Core::follow_tenant(Tenant& tenant) {
       {{"event", "snapshot_rebuilt"},
        {"tenant", tenant.config.name},
        {"kind", kind},
-       {"from_version", lag->snapshot_version},
+       {"from_version", snapshot->filter.catalog_version()},
        {"catalog_version", report.catalog_version},
        {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}});
   return true;

@@ -7,7 +7,6 @@ import os
 import random
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -35,9 +34,7 @@ def find_missing(session, url, items, tenant="default"):
 
 class SnapshotOlderThanCatalog(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-head-")
-        # Removed even when setUp fails below (tearDown would not run).
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-head-")
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)
         self.catalog.build()  # version 1
@@ -45,7 +42,6 @@ class SnapshotOlderThanCatalog(unittest.TestCase):
 
     def tearDown(self):
         self.session.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_digests_added_after_the_snapshot_are_present(self):
         """The issue's reproduction: catalog add makes version 2 after the
@@ -188,9 +184,7 @@ class Follow(unittest.TestCase):
     to 0."""
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-follow-")
-        # Removed even when setUp fails below (tearDown would not run).
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-follow-")
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)
         self.catalog.build()  # version 1
@@ -198,7 +192,6 @@ class Follow(unittest.TestCase):
 
     def tearDown(self):
         self.session.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def wait_for_lag_zero(self, server, version):
         seen = {}
@@ -256,8 +249,7 @@ class FollowOneLine(unittest.TestCase):
     answer stays exact."""
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-follow-blocked-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-follow-blocked-")
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)  # version 1
         self.session = requests.Session()
@@ -342,9 +334,7 @@ class CatalogRewrittenUnderTheServer(unittest.TestCase):
     own version changed."""
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="abf-serve-rewrite-")
-        # Removed even when setUp fails below (tearDown would not run).
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = support.temp_dir(self, "abf-serve-rewrite-")
         self.catalog = support.Catalog(self.dir, expected_items=20000)
         self.catalog.add(FIRST)
         self.catalog.build()  # version 1
@@ -353,7 +343,6 @@ class CatalogRewrittenUnderTheServer(unittest.TestCase):
 
     def tearDown(self):
         self.session.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def restore(self):
         """What `sqlite3 catalog.db ".restore backup.db"` does: the backup's
@@ -435,6 +424,45 @@ class CatalogRewrittenUnderTheServer(unittest.TestCase):
             self.assertEqual(self.session.get(server.url + "/readyz", timeout=10).status_code, 200)
         finally:
             server.stop()
+
+    def test_follow_rebuilds_in_full_after_the_snapshots_version_was_rewritten(self):
+        """The same restore and advance under `--follow`: the snapshot of the
+        old version 2 cannot be advanced, so the head is built in full and
+        published, and the tenant answers again, exactly, without a reload."""
+        x, y = support.digests("x", 300), support.digests("y", 300)
+        self.take_backup()  # at version 1
+        self.catalog.add(x)
+        self.catalog.build()  # the snapshot of version 2 = FIRST + X
+        server = support.Server("--snapshot", self.catalog.snapshot, "--db", self.catalog.db,
+                                "--follow", "--follow-lag-versions", 1, "--idle-timeout", 2)
+        try:
+            self.restore()
+            self.catalog.add(y)  # version 2 = FIRST + Y: not the snapshot's
+            self.catalog.add(NEVER[:10])  # version 3
+            items = y + x + NEVER[:20]
+
+            def exact():
+                response = self.session.post(
+                    server.url + "/v1/default/find-missing", data=b"".join(items),
+                    headers={"Content-Type": "application/octet-stream"}, timeout=30)
+                if response.status_code == 503:
+                    return None  # the rewrite seen, the rebuild not yet published
+                self.assertEqual(response.status_code, 200, response.text)
+                version = int(response.headers["X-Abf-Catalog-Version"])
+                body = response.content
+                missing = [body[i:i + 32] for i in range(0, len(body), 32)]
+                return missing, version
+            missing, version = support.wait_until(exact, what="an answer after the rebuild")
+            self.assertEqual(version, 3)
+            self.assertEqual(missing, support.Truth(self.catalog.db).missing(items, 3))
+            self.assertEqual(set(missing), set(x + NEVER[10:20]))
+            self.assertEqual(self.session.get(server.url + "/readyz", timeout=10).status_code, 200)
+        finally:
+            self.assertEqual(server.stop(), 0)
+        rebuilt = [line for line in support_log_lines(server)
+                   if line.get("event") == "snapshot_rebuilt"]
+        self.assertEqual([(line["kind"], line["catalog_version"]) for line in rebuilt],
+                         [("full", 3)])
 
     def test_a_catalog_replaced_by_rename_is_not_read_from_the_old_file(self):
         y = support.digests("y", 300)
