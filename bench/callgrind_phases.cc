@@ -4,8 +4,8 @@
 // on the machine's load (docs/performance.md, "Instruction counts"). One
 // thread; digests from bench/workload.hpp.
 //
-//   valgrind --tool=callgrind --instr-atstart=yes --callgrind-out-file=cg.%p \
-//     build/bench/callgrind_phases <n> <protocol 1|2|3|4> [simd target, e.g. SSE4]
+//   valgrind --tool=callgrind --instr-atstart=yes --callgrind-out-file=cg.%p
+//       build/bench/callgrind_phases <n> <protocol 1|2|3|4> [simd target, e.g. SSE4]
 //
 // Each dump's "totals:" line is the phase's count: build, absent, present
 // (scripts/callgrind-phases runs it and prints them). Valgrind runs no

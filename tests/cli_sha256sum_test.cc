@@ -76,7 +76,7 @@ TEST_F(Sha256sumTest, Sha256sumChecksWhatDigestPrinted) {
 TEST_F(Sha256sumTest, ReadersTakeWhatSha256sumPrints) {
   std::string expected_text;
   for (const Digest& d : digests_) expected_text += d.hex() + "\n";
-  for (const std::string& flags : {"", "--tag", "--binary"}) {
+  for (const std::string flags : {"", "--tag", "--binary"}) {
     SCOPED_TRACE(flags);
     ASSERT_EQ(sh("cd files && sha256sum " + flags + " * > ../sums.txt").status, 0);
     auto reader = DigestReader::open(dir_ / "sums.txt", InputFormat::kHex);

@@ -107,7 +107,8 @@ std::string problem_of(HeaderRule rule, HeaderKind kind, const HeaderFacts& f) {
           ProtocolFault::kStrayKeyFingerprint) {
         return {};
       }
-      return std::string("an unkeyed (protocol 1) ") + (set ? "set" : "snapshot") +
+      return "an unkeyed (protocol " + std::to_string(f.hash_protocol_version) + ") " +
+             std::string(set ? "set" : "snapshot") +
              " carries a key fingerprint " + f.key_fingerprint.hex() + "; it must be zero";
     case HeaderRule::kHashCount:
       if (check_layout(f.layout, f.hash_protocol_version) != LayoutFault::kHashCount) return {};

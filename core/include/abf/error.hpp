@@ -31,11 +31,12 @@ enum class ErrorCode : std::uint8_t {
   kSnapshotBadMagic,                 // bytes 0..4 are not "ABF1"
   kSnapshotUnsupportedFormat,        // formatVersion not 1 or 2
   kSnapshotHeaderChecksum,           // headerChecksum does not match the header
-  kSnapshotUnsupportedHashProtocol,  // hashProtocolVersion not 1, or not 1 or 2 (version 2)
-  kSnapshotBadKeyFingerprint,        // protocol 1 with a nonzero keyFingerprint
-  kSnapshotBadHashCount,             // hashCount outside 1..32
-  kSnapshotBadBitCount,              // bitCount not a multiple of 64 in 64..2^30
-  kSnapshotBadExpectedItemCount,     // expectedItemCount outside 1..2^30
+  kSnapshotUnsupportedHashProtocol,  // hashProtocolVersion not 1 (format 1), not 1..4 (format 2)
+  kSnapshotBadKeyFingerprint,        // unkeyed protocol (1, 3) with a nonzero keyFingerprint
+  kSnapshotBadHashCount,             // hashCount outside 1..32 (classic), not 8 (blocked)
+  kSnapshotBadBitCount,              // bitCount not a multiple of 64 in 64..2^30 (classic),
+                                     // of 512 in 512..2^40 (blocked), or not the layout's
+  kSnapshotBadExpectedItemCount,     // expectedItemCount outside 1..2^30 (classic), 1..2^36 (blocked)
   kSnapshotBadInsertedItemCount,     // insertedItemCount > expectedItemCount
   kSnapshotBadTargetFpp,             // targetFpp not in (0, 1)
   kSnapshotLayoutMismatch,           // (bitCount, hashCount) is not section 3's layout for (n, p)

@@ -1,21 +1,23 @@
-// The probe protocol (docs/protocol.md sections 4, 4b and 5): the reference
-// query and insert of one digest, the shard rule of filter sets, and the
-// protocol table (abf/protocol/table.hpp) they dispatch through. Everything
-// here is constexpr on fixed-width integers and marked ABF_HD, so the scalar
-// reference, the SIMD tail loops, the CUDA kernels and a user's own CUDA
-// kernel all call the same code.
+// The probe protocol (docs/protocol.md sections 4, 4b, 4c and 5): the
+// reference query and insert of one digest, the shard rule of filter sets,
+// and the protocol table (abf/protocol/table.hpp) they dispatch through.
+// Everything here is constexpr on fixed-width integers and marked ABF_HD, so
+// the scalar reference, the SIMD tail loops, the CUDA kernels and a user's
+// own CUDA kernel all call the same code.
 //
 // A probe is two steps, and each protocol is one policy type that owns both
-// (abf/protocol/protocol1.hpp, protocol2.hpp; table.hpp says what a policy
+// (abf/protocol/protocol1.hpp .. protocol4.hpp; table.hpp says what a policy
 // provides and how to add one):
-//   1. digest -> HashPair: protocol 1 reads the digest's first two
-//      big-endian words; protocol 2 is SipHash-2-4-128 of the whole digest
-//      under a secret key (siphash.hpp). Each engine has its own fast form of
-//      this step (scalar: OpenSSL; SIMD: vector lanes; CUDA: the policy on
-//      the device), all proven equal, chosen through with_protocol.
-//   2. HashPair -> the bits to set or test: the policy's `Probes` (for
-//      protocols 1 and 2 the classic layout, abf/protocol/classic.hpp:
-//      i_0 = h1 mod m, step = (h2 | 1) mod m, i_j+1 = (i_j + step) mod m).
+//   1. digest -> HashPair: protocols 1 and 3 read the digest's leading
+//      big-endian words; protocols 2 and 4 are SipHash-2-4-128 of the whole
+//      digest under a secret key (siphash.hpp). Each engine has its own fast
+//      form of this step (scalar: OpenSSL; SIMD: vector lanes; CUDA: the
+//      policy on the device), all proven equal, chosen through with_protocol.
+//   2. HashPair -> the bits to set or test: the policy's `Probes`. Protocols
+//      1 and 2 use the classic layout (abf/protocol/classic.hpp: i_0 = h1 mod
+//      m, step = (h2 | 1) mod m, i_j+1 = (i_j + step) mod m); protocols 3 and
+//      4 the blocked one (abf/protocol/blocked.hpp: one 512-bit block,
+//      floor(h * B / 2^64), and one bit in each of its eight words).
 // A Scheme names everything both steps need: (m, k), the protocol and, for
 // a keyed protocol, the key schedule. The validated host-side type is
 // abf::Scheme (abf/scheme.hpp); the plain probe::Scheme is what it hands to

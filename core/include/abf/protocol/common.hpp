@@ -12,8 +12,11 @@
 
 namespace abf::probe {
 
-// hashProtocolVersion of the protocols this library implements (one policy
-// header each: protocol1.hpp, protocol2.hpp).
+// hashProtocolVersion of the two classic protocols, unkeyed and keyed (their
+// policies: protocol1.hpp, protocol2.hpp). Every protocol this library
+// implements, the blocked 3 and 4 among them, is a policy in table.hpp's
+// list, which is what code should iterate; these two names remain for the
+// classic defaults.
 inline constexpr std::uint32_t kProtocolUnkeyed = 1;
 inline constexpr std::uint32_t kProtocolKeyed = 2;
 
