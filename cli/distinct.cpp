@@ -173,12 +173,8 @@ namespace {
 constexpr unsigned kIndexBits = 40;
 constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
 constexpr std::size_t kMinSlots = 64;
-// The batch insert hashes this many digests, then probes them while
-// prefetching the slot kPrefetchDistance ahead: with a table beyond the
-// caches each probe is a cache miss of ~100 ns, and about that many of them
-// are then in flight at once instead of one.
-constexpr std::size_t kHashChunk = 256;
-constexpr std::size_t kPrefetchDistance = 16;
+constexpr std::size_t kHashChunk = DigestSet::kHashChunk;
+constexpr std::size_t kPrefetchDistance = DigestSet::kPrefetchDistance;
 
 bool same_bytes(const std::uint8_t* a, const std::uint8_t* b) noexcept {
   return ((load64(a) ^ load64(b)) | (load64(a + 8) ^ load64(b + 8)) |
@@ -251,7 +247,8 @@ inline bool DigestSet::probe_or_add(const Digest& digest, std::uint64_t h) {
     const std::uint64_t slot = table[i];
     if (slot == 0) {
       table[i] = tag | (size_ + 1);
-      if ((size_ & (kBlockDigests - 1)) == 0) [[unlikely]] add_block();
+      if ((size_ & (kBlockDigests - 1)) == 0) [[unlikely]]
+        add_block();
       std::memcpy(blocks_.back().get() + (size_ & (kBlockDigests - 1)) * Digest::kSize,
                   digest.bytes.data(), Digest::kSize);
       ++size_;

@@ -1,5 +1,5 @@
 // The exact duplicate handling behind `abf build --distinct` and `abf
-// dedup` (cli/distinct.cpp, compiled in here): the external sort across
+// dedup` (cli/distinct.cpp, the abf_cli_distinct library): the external sort across
 // many spilled runs, the set of digests already written and its hex lines;
 // and, through the binary, dedup's output staged for standard output.
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "../cli/distinct.cpp"  // NOLINT: the CLI's own code, tested without the binary
 #include "cli_shell.hpp"
+#include "distinct.hpp"
 #include "test_support.hpp"
 
 namespace abf::cli {
@@ -186,10 +186,10 @@ void insert_and_check(DigestSet& set, Reference& reference, std::span<const Dige
 // of the set's hash chunk and prefetch distance, and the batch dedup uses.
 TEST(DigestSet, BatchInsertMatchesAReferenceSet) {
   const auto input = with_repeats(100'000, 30'000, 7);
-  for (const std::size_t batch : {std::size_t{1}, kPrefetchDistance - 1, kPrefetchDistance,
-                                  kPrefetchDistance + 1, kHashChunk - 1, kHashChunk,
-                                  kHashChunk + 1, std::size_t{1000}, std::size_t{65'536},
-                                  std::size_t{100'000}}) {
+  for (const std::size_t batch :
+       {std::size_t{1}, DigestSet::kPrefetchDistance - 1, DigestSet::kPrefetchDistance,
+        DigestSet::kPrefetchDistance + 1, DigestSet::kHashChunk - 1, DigestSet::kHashChunk,
+        DigestSet::kHashChunk + 1, std::size_t{1000}, std::size_t{65'536}, std::size_t{100'000}}) {
     SCOPED_TRACE(batch);
     DigestSet set;
     Reference reference;
@@ -206,9 +206,10 @@ TEST(DigestSet, BatchInsertMatchesAReferenceSet) {
 TEST(DigestSet, BoundarySizes) {
   constexpr std::size_t kBlockDigests = 65'536;  // DigestSet's block
   for (const std::size_t n :
-       {std::size_t{0}, std::size_t{1}, std::size_t{2}, kPrefetchDistance - 1, kPrefetchDistance,
-        kPrefetchDistance + 1, std::size_t{32}, std::size_t{33}, std::size_t{64}, std::size_t{65},
-        kHashChunk - 1, kHashChunk, kHashChunk + 1, kBlockDigests - 1, kBlockDigests,
+       {std::size_t{0}, std::size_t{1}, std::size_t{2}, DigestSet::kPrefetchDistance - 1,
+        DigestSet::kPrefetchDistance, DigestSet::kPrefetchDistance + 1, std::size_t{32},
+        std::size_t{33}, std::size_t{64}, std::size_t{65}, DigestSet::kHashChunk - 1,
+        DigestSet::kHashChunk, DigestSet::kHashChunk + 1, kBlockDigests - 1, kBlockDigests,
         kBlockDigests + 1}) {
     SCOPED_TRACE(n);
     const auto input = test::random_digests(n, 100 + n);
@@ -282,7 +283,7 @@ TEST(DigestSet, AdversarialInputs) {
     insert_and_check(set, reference, same, 4096);
     EXPECT_EQ(set.size(), 1u);
     // Memory follows the digests held, plus room for one hash chunk.
-    EXPECT_LE(set.capacity(), 4 * kHashChunk);
+    EXPECT_LE(set.capacity(), 4 * DigestSet::kHashChunk);
   }
   {
     auto input = test::random_digests(1000, 12);
@@ -427,7 +428,8 @@ TEST(DedupOutput, StagedStandardOutputIsExactlyTheOutputFile) {
   ASSERT_EQ(redirected.status, 0) << redirected.err;
   EXPECT_TRUE(test::read_file(dir / "out.txt") == expected);
 
-  const test::CliRun appended = test::run_shell(dir, "echo first > app.txt && " + dedup + " >> app.txt");
+  const test::CliRun appended =
+      test::run_shell(dir, "echo first > app.txt && " + dedup + " >> app.txt");
   ASSERT_EQ(appended.status, 0) << appended.err;
   EXPECT_TRUE(test::read_file(dir / "app.txt") == "first\n" + expected);
 
